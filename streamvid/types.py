@@ -1,0 +1,39 @@
+"""Value objects passed between stages. Immutable once built; safe to hand from one thread to another."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One decoded RGB frame and where it sits in the stream."""
+
+    image: np.ndarray  # (H, W, 3) uint8, RGB
+    t_s: float  # stream time in seconds (0 = start of the stream)
+    index: int  # running count of frames emitted by the source, from 0
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    text: str
+    t_s: float  # stream time at which it was asked
+
+
+@dataclass(frozen=True)
+class Output:
+    """One item on the outputs queue.
+
+    kind: "token" (a piece of an answer being streamed), "answer" (the finished answer) or "status".
+    """
+
+    kind: str
+    id: str
+    text: str
+    data: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return {"type": self.kind, "id": self.id, "text": self.text, **self.data}
