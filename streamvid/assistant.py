@@ -1,0 +1,173 @@
+"""StreamingAssistant: wires a source, the adapter, the KV window, long-term memory and the two workers.
+
+    with StreamingAssistant(EngineConfig(model=...)) as sa:
+        sa.start(open_source("clip.mp4", fps=2.0, realtime=True))
+        qid = sa.ask("What colour is the circle?")
+        for out in sa.outputs(timeout_s=5.0):
+            print(out.to_json())
+
+Thread contract: `start`, `ask`, `outputs`, `stats` and `stop` are for the caller's thread(s). `ask` only puts
+on the bounded questions queue; answers and tokens come back on the outputs queue. A worker's exception stops
+the session and is re-raised by `outputs()` (and `stop()`). `run_simulated` runs both workers' logic on the
+caller's thread, in stream order, for reproducible replays; it must not be mixed with `start`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import resource
+import threading
+from collections.abc import Iterator, Sequence
+
+import torch
+
+from streamvid.adapters.base import VideoLLMAdapter, load_adapter
+from streamvid.config import EngineConfig
+from streamvid.ingest import IngestWorker
+from streamvid.kv_window import Block, KVWindow
+from streamvid.memory import LongTermMemory
+from streamvid.reasoning import ReasoningWorker
+from streamvid.types import Output, Question
+
+
+class BusyError(RuntimeError):
+    """The questions queue is full: the assistant is still working on earlier questions."""
+
+
+class StreamingAssistant:
+    def __init__(self, config: EngineConfig | None = None, adapter: VideoLLMAdapter | None = None):
+        self.config = config = config or EngineConfig()
+        self.adapter = adapter or load_adapter(config.model, config.device, config.dtype, config.index_layer)
+        sinks = self.adapter.encode_text(self.adapter.sink_text, None)
+        sink_block = Block(id=-1, t_start_s=0.0, t_end_s=0.0, keys=sinks.keys, values=sinks.values,
+                           pos_start=0, pos_span=sinks.pos_span)
+        self.window = KVWindow(sink_block, config.window_tokens)
+        self.memory = None
+        if config.memory_top_k > 0:
+            self.memory = LongTermMemory(self.adapter.index_dim, config.memory_ram_mb, config.memory_disk_mb,
+                                         config.memory_dir)
+        self.questions: queue.Queue[Question] = queue.Queue(maxsize=config.question_queue_size)
+        self._outputs: queue.Queue[Output] = queue.Queue()
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._ids = itertools.count()
+        self.ingest = IngestWorker(config, self.adapter, self.window, self.memory)
+        self.reasoning = ReasoningWorker(config, self.adapter, self.window, self.memory, self.questions,
+                                         self._outputs, self._stop)
+        self.ingest_done = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # ---- live use ---------------------------------------------------------------------------------------
+    def start(self, source) -> None:
+        if self._threads:
+            raise RuntimeError("this assistant is already running; create a new one for another stream")
+        self.ingest.source = source
+        self._threads = [
+            threading.Thread(target=self._loop, args=(self.ingest.step, self.ingest_done),
+                             name="streamvid-ingest", daemon=True),
+            threading.Thread(target=self._loop, args=(self.reasoning.step, None),
+                             name="streamvid-reasoning", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def ask(self, text: str, t_s: float | None = None) -> str:
+        """Queue a question about the stream so far; returns its id. Raises BusyError when the queue is full."""
+        self._raise_error()
+        text = text.strip()
+        if not text:
+            raise ValueError("empty question")
+        qid = f"q{next(self._ids)}"
+        try:
+            self.questions.put_nowait(Question(qid, text, self.ingest.latest_t_s if t_s is None else t_s))
+        except queue.Full:
+            raise BusyError(f"busy: {self.questions.maxsize} questions are waiting; ask again shortly") from None
+        return qid
+
+    def outputs(self, timeout_s: float = 1.0) -> Iterator[Output]:
+        """Yield outputs as they arrive; return once none arrived for `timeout_s`. Re-raises a worker error."""
+        while True:
+            self._raise_error()
+            try:
+                yield self._outputs.get(timeout=timeout_s)
+            except queue.Empty:
+                self._raise_error()
+                return
+
+    def stop(self) -> None:
+        """Stop both workers (bounded join) and close the source. Safe to call twice."""
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=self.config.join_timeout_s)
+        if self.ingest.source is not None:
+            self.ingest.source.close()
+        if self.memory is not None:
+            self.memory.close()
+
+    def __enter__(self) -> StreamingAssistant:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    # ---- replay -----------------------------------------------------------------------------------------
+    def run_simulated(self, source, questions_at: Sequence[tuple[float, str]]) -> list[Output]:
+        """Ingest every frame of `source` in order on this thread; answer each question at its stream time T
+        from exactly the frames with t <= T (a partial chunk is flushed first). Returns the answers in order."""
+        pending = sorted(questions_at, key=lambda q: q[0])
+        answers = []
+        self.ingest.source = source
+
+        def answer_next() -> None:
+            t, text = pending.pop(0)
+            self.ingest.flush()
+            answers.append(self.reasoning.answer(Question(f"q{next(self._ids)}", text, t)))
+
+        while (frame := source.read()) is not None:
+            while pending and pending[0][0] < frame.t_s:
+                answer_next()
+            self.ingest.push(frame)
+        self.ingest.flush()
+        while pending:
+            answer_next()
+        return answers
+
+    def stats(self) -> dict:
+        snap = self.window.snapshot()
+        mem = self.memory.stats() if self.memory is not None else None
+        peak = (torch.cuda.max_memory_allocated() / 2**20 if self.adapter_device_is_cuda
+                else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        return {
+            **self.ingest.stats(),
+            "blocks_in_window": len(snap.blocks),
+            "window_tokens": sum(b.n_tokens for b in snap.blocks),
+            "sink_tokens": snap.sinks.n_tokens,
+            "window_mb": round(sum(b.nbytes for b in (snap.sinks, *snap.blocks)) / 2**20, 3),
+            "blocks_in_memory": mem.blocks if mem else 0,
+            "memory_ram_mb": round(mem.ram_mb, 3) if mem else 0.0,
+            "memory_disk_mb": round(mem.disk_mb, 3) if mem else 0.0,
+            "memory_dropped": mem.dropped if mem else 0,
+            "questions_answered": self.reasoning.answered,
+            "peak_memory_mb": round(peak, 1),
+            "peak_memory_kind": "cuda" if self.adapter_device_is_cuda else "host_rss",
+        }
+
+    @property
+    def adapter_device_is_cuda(self) -> bool:
+        return self.config.device.startswith("cuda")
+
+    # ---- internals --------------------------------------------------------------------------------------
+    def _loop(self, step, done: threading.Event | None) -> None:
+        try:
+            while not self._stop.is_set():
+                if step() is False and done is not None:
+                    done.set()
+                    return
+        except BaseException as e:  # noqa: BLE001 - handed to the caller by outputs()/stop()
+            self._error = e
+            self._stop.set()
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            raise RuntimeError(f"streamvid worker failed: {self._error!r}") from self._error

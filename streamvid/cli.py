@@ -1,0 +1,153 @@
+"""Command line.
+
+    streamvid run VIDEO|URL|cam:N [--model M] [--ask T:QUESTION]... [--fps F] [--realtime]
+                  [--window-tokens N] [--memory-top-k K]
+    streamvid synth --seed S --minutes N --out DIR
+    streamvid train-tiny --out models/streamvid-tiny
+
+`run` prints one JSON object per line on stdout ({"type": "answer", ...} per question, then {"type": "stats"}).
+On a file without --realtime every frame is ingested as fast as possible and a question at T is answered from
+exactly the frames up to T. Errors go to stderr as one line, with a non-zero exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def _ask(spec: str) -> tuple[float, str]:
+    t, sep, text = spec.partition(":")
+    try:
+        t_s = float(t)
+    except ValueError:
+        t_s = -1.0
+    if not sep or not text.strip() or t_s < 0:
+        raise argparse.ArgumentTypeError(f"expected T:QUESTION with T in seconds >= 0, got {spec!r}")
+    return t_s, text.strip()
+
+
+def _print(obj: dict) -> None:
+    print(json.dumps(obj), flush=True)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from streamvid.assistant import StreamingAssistant
+    from streamvid.config import EngineConfig
+    from streamvid.sources import open_source
+
+    cfg = EngineConfig(model=args.model, device=args.device, fps=args.fps, window_tokens=args.window_tokens,
+                       memory_top_k=args.memory_top_k, max_new_tokens=args.max_new_tokens, frame_px=args.frame_px)
+    _check_model(cfg.model)
+    source = open_source(args.video, fps=cfg.fps, realtime=args.realtime, size=cfg.frame_px)
+    asks = sorted(args.ask, key=lambda a: a[0])
+    t0 = time.perf_counter()
+    with StreamingAssistant(cfg) as sa:
+        if not source.live:
+            for answer in sa.run_simulated(source, asks):
+                _print(answer.to_json())
+        else:
+            _run_live(sa, source, asks)
+        _print({"type": "stats", **sa.stats(), "wall_s": round(time.perf_counter() - t0, 2)})
+    return 0
+
+
+def _run_live(sa, source, asks: list[tuple[float, str]]) -> None:
+    """Threads on; each question is asked once the stream reaches its time; answers print as they finish."""
+    sa.start(source)
+    pending = list(asks)
+    open_ids: set[str] = set()
+    while pending or open_ids or not sa.ingest_done.is_set():
+        while pending and sa.ingest.latest_t_s >= pending[0][0]:
+            t, text = pending.pop(0)
+            open_ids.add(sa.ask(text, t_s=t))
+        if sa.ingest_done.is_set() and pending:  # the stream ended before these times: ask at its end
+            open_ids.update(sa.ask(text) for _, text in pending)
+            pending = []
+        for out in sa.outputs(timeout_s=0.2):
+            if out.kind == "answer":
+                open_ids.discard(out.id)
+                _print(out.to_json())
+        if not pending and not open_ids and not asks:
+            continue  # a live stream without questions runs until interrupted
+
+
+def cmd_synth(args: argparse.Namespace) -> int:
+    from streamvid.synth.episodes import write_dataset
+
+    for path in write_dataset(args.seed, args.minutes, args.out, fps=args.fps):
+        print(path)
+    return 0
+
+
+def cmd_train_tiny(args: argparse.Namespace) -> int:
+    from streamvid.train_tiny import TrainConfig, train
+
+    train(TrainConfig(out_dir=args.out, seed=args.seed, steps=args.steps))
+    return 0
+
+
+def _check_model(model: str) -> None:
+    from streamvid.config import BUNDLED_MODEL
+
+    if model == str(BUNDLED_MODEL) and not (BUNDLED_MODEL / "config.json").exists():
+        raise ValueError(f"bundled model missing at {BUNDLED_MODEL}: run `streamvid train-tiny` or pass --model")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from streamvid.config import BUNDLED_MODEL, EngineConfig
+
+    d = EngineConfig()
+    p = argparse.ArgumentParser(prog="streamvid", description="Online streaming video-LLM assistant.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    r = sub.add_parser("run", help="watch a video file, URL or camera and answer questions (JSON lines)")
+    r.add_argument("video", help="video file, URL (rtsp/http) or cam:N")
+    r.add_argument("--model", default=str(BUNDLED_MODEL), help="HF checkpoint directory or id (default: bundled)")
+    r.add_argument("--ask", action="append", type=_ask, default=[], metavar="T:QUESTION")
+    r.add_argument("--fps", type=float, default=d.fps)
+    r.add_argument("--realtime", action="store_true", help="pace a file to the wall clock (live semantics)")
+    r.add_argument("--window-tokens", type=int, default=d.window_tokens)
+    r.add_argument("--memory-top-k", type=int, default=d.memory_top_k, help="0 turns retrieval off")
+    r.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
+    r.add_argument("--frame-px", type=int, default=None, help="resize frames to N x N first")
+    r.add_argument("--device", default=d.device)
+    r.set_defaults(func=cmd_run)
+
+    s = sub.add_parser("synth", help="write ShapesWorld videos, timelines and episodes")
+    s.add_argument("--seed", type=int, required=True)
+    s.add_argument("--minutes", type=float, required=True)
+    s.add_argument("--out", type=Path, required=True)
+    s.add_argument("--fps", type=float, default=2.0)
+    s.set_defaults(func=cmd_synth)
+
+    t = sub.add_parser("train-tiny", help="train the bundled ShapesWorld model")
+    t.add_argument("--out", type=Path, default=BUNDLED_MODEL)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--steps", type=int, default=None)
+    t.set_defaults(func=cmd_train_tiny)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        print(f"streamvid {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

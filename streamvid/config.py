@@ -1,0 +1,46 @@
+"""Engine configuration: one frozen dataclass, units in the names, validated on construction."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+BUNDLED_MODEL = Path(__file__).resolve().parent.parent / "models" / "streamvid-tiny"
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: str = str(BUNDLED_MODEL)  # HF id or local checkpoint directory
+    device: str = "cpu"
+    dtype: str = "auto"  # "auto": bfloat16 on CUDA, float32 on CPU
+    fps: float = 2.0  # frames sampled per second of stream
+    frames_per_chunk: int = 2  # frames per encoded block (a multiple of the model's temporal patch)
+    frame_px: int | None = None  # resize frames to frame_px x frame_px before the processor; None: native size
+    window_tokens: int = 288  # recent-block budget of the KV window (sinks not counted)
+    memory_top_k: int = 4  # blocks retrieved from long-term memory per question; 0 turns retrieval off
+    memory_ram_mb: float = 512.0
+    memory_disk_mb: float = 4096.0
+    memory_dir: str | None = None  # where spilled blocks go; None: a temporary directory
+    index_layer: int = 0  # decoder layer whose pre-RoPE keys/queries make the retrieval vectors
+    rebase_after_pos: int = 16384  # rebase window positions once the next position passes this
+    max_new_tokens: int = 32
+    question_queue_size: int = 8
+    dialogue_turns: int = 2  # earlier question/answer pairs kept as text context
+    read_timeout_s: float = 0.5  # how long one ingest step waits for a frame
+    join_timeout_s: float = 2.0
+
+    def __post_init__(self):
+        positive = ("fps", "frames_per_chunk", "window_tokens", "max_new_tokens", "question_queue_size",
+                    "read_timeout_s", "join_timeout_s", "rebase_after_pos", "memory_ram_mb", "memory_disk_mb")
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("memory_top_k", "index_layer", "dialogue_turns"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.frame_px is not None and self.frame_px < 28:
+            raise ValueError(f"frame_px must be >= 28 (two merged patches), got {self.frame_px}")
+
+    def replace(self, **changes) -> EngineConfig:
+        return dataclasses.replace(self, **changes)

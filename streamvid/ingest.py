@@ -1,0 +1,93 @@
+"""IngestWorker (thread "streamvid-ingest"): frames -> chunks -> KV blocks in the window -> evicted to memory.
+
+Thread contract: only the ingest thread calls `step`, `push` and `flush` (or the caller's thread in
+`StreamingAssistant.run_simulated`, where no ingest thread runs). `latest_t_s` and `stats()` may be read from
+any thread (plain attribute reads).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from streamvid.adapters.base import VideoLLMAdapter
+from streamvid.config import EngineConfig
+from streamvid.kv_window import Block, KVWindow
+from streamvid.memory import LongTermMemory
+from streamvid.positions import concat, move_block
+from streamvid.types import Frame
+
+
+class IngestWorker:
+    def __init__(self, config: EngineConfig, adapter: VideoLLMAdapter, window: KVWindow,
+                 memory: LongTermMemory | None):
+        if config.frames_per_chunk % adapter.frames_per_chunk_multiple:
+            raise ValueError(f"frames_per_chunk must be a multiple of {adapter.frames_per_chunk_multiple}, "
+                             f"got {config.frames_per_chunk}")
+        self.config = config
+        self.adapter = adapter
+        self.window = window
+        self.memory = memory
+        self.source = None
+        self._pending: list[Frame] = []
+        self._next_id = 0
+        self.latest_t_s = 0.0
+        self.frames_in = 0
+        self.blocks_encoded = 0
+        self.encode_s = 0.0
+
+    def step(self) -> bool:
+        """Read one frame from the source and ingest it. False once the stream has ended."""
+        try:
+            frame = self.source.read(timeout_s=self.config.read_timeout_s)
+        except TimeoutError:
+            return True  # a live source with nothing new yet; try again on the next step
+        if frame is None:
+            self.flush()
+            return False
+        self.push(frame)
+        return True
+
+    def push(self, frame: Frame) -> None:
+        self._pending.append(frame)
+        self.frames_in += 1
+        self.latest_t_s = frame.t_s
+        if len(self._pending) == self.config.frames_per_chunk:
+            self.flush()
+
+    def flush(self) -> None:
+        """Encode the pending frames as one block; a short chunk is padded by repeating its last frame."""
+        if not self._pending:
+            return
+        frames, self._pending = self._pending, []
+        images = [f.image for f in frames]
+        images += [images[-1]] * (self.config.frames_per_chunk - len(images))
+        t0 = time.perf_counter()
+        snap = self.window.snapshot()
+        past = concat([snap.sinks, *snap.blocks], snap.next_pos)
+        enc = self.adapter.encode_chunk(images, past, seconds_per_chunk=self.config.frames_per_chunk / self.config.fps)
+        block = Block(id=self._next_id, t_start_s=frames[0].t_s, t_end_s=frames[-1].t_s + 1.0 / self.config.fps,
+                      keys=enc.keys, values=enc.values, pos_start=snap.next_pos, pos_span=enc.pos_span,
+                      vector=enc.vector)
+        self._next_id += 1
+        for old in self.window.append(block):
+            if self.memory is not None:
+                self.memory.add(_to_host(old))
+        if self.window.snapshot().next_pos > self.config.rebase_after_pos:
+            inv_freq = self.adapter.rope_inv_freq
+            self.window.rebase(lambda b, pos: move_block(b, pos, inv_freq))
+        self.blocks_encoded += 1
+        self.encode_s += time.perf_counter() - t0
+
+    def stats(self) -> dict:
+        dropped = self.source.dropped if self.source is not None else 0
+        return {"frames_in": self.frames_in, "frames_dropped": dropped, "blocks_encoded": self.blocks_encoded,
+                "ingest_frames_per_s": self.frames_in / self.encode_s if self.encode_s else None}
+
+
+def _to_host(block: Block) -> Block:
+    if block.keys[0].device.type == "cpu":
+        return block
+    return block.replace(keys=tuple(k.cpu() for k in block.keys), values=tuple(v.cpu() for v in block.values),
+                         vector=np.asarray(block.vector))

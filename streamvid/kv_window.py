@@ -1,0 +1,102 @@
+"""The bounded KV window: sink tokens (system prompt) + the most recent blocks within a token budget.
+
+Thread contract: the ingest thread is the only writer (`append`, `rebase`); the reasoning thread reads with
+`snapshot()`. Both take `lock` for a few list operations only. Blocks are immutable and their tensors are never
+modified in place, so a snapshot (a tuple of block references) stays valid while ingest goes on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class Block:
+    """The KV of one encoded segment: a video chunk, or the sinks."""
+
+    id: int
+    t_start_s: float
+    t_end_s: float
+    keys: tuple[torch.Tensor, ...]  # per layer (1, kv_heads, n_tokens, head_dim), post-RoPE at pos_start
+    values: tuple[torch.Tensor, ...]  # per layer (1, kv_heads, n_tokens, head_dim)
+    pos_start: int
+    pos_span: int
+    vector: np.ndarray | None = None  # (index_dim,) float32, L2-normalised retrieval vector
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.keys[0].shape[2])
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values))
+
+    def replace(self, **changes) -> Block:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class WindowSnapshot:
+    sinks: Block
+    blocks: tuple[Block, ...]  # oldest first
+
+    @property
+    def next_pos(self) -> int:
+        last = self.blocks[-1] if self.blocks else self.sinks
+        return last.pos_start + last.pos_span
+
+    @property
+    def span_s(self) -> tuple[float, float] | None:
+        return (self.blocks[0].t_start_s, self.blocks[-1].t_end_s) if self.blocks else None
+
+
+class KVWindow:
+    def __init__(self, sinks: Block, budget_tokens: int):
+        if budget_tokens <= 0:
+            raise ValueError(f"window budget must be positive, got {budget_tokens} tokens")
+        self.lock = threading.Lock()
+        self.budget_tokens = budget_tokens
+        self._sinks = sinks
+        self._blocks: list[Block] = []
+        self._tokens = 0
+
+    def append(self, block: Block) -> list[Block]:
+        """Add the newest block; return the blocks evicted to stay within budget, oldest first.
+        The newest block always stays, even when it alone exceeds the budget."""
+        with self.lock:
+            self._blocks.append(block)
+            self._tokens += block.n_tokens
+            evicted = []
+            while self._tokens > self.budget_tokens and len(self._blocks) > 1:
+                old = self._blocks.pop(0)
+                self._tokens -= old.n_tokens
+                evicted.append(old)
+            return evicted
+
+    def rebase(self, move: Callable[[Block, int], Block]) -> None:
+        """Move all blocks so the oldest starts right after the sinks (keeps positions bounded)."""
+        with self.lock:
+            pos = self._sinks.pos_start + self._sinks.pos_span
+            moved = []
+            for block in self._blocks:
+                moved.append(move(block, pos))
+                pos += block.pos_span
+            self._blocks = moved
+
+    def snapshot(self) -> WindowSnapshot:
+        with self.lock:
+            return WindowSnapshot(self._sinks, tuple(self._blocks))
+
+    @property
+    def tokens(self) -> int:
+        return self._tokens
+
+    def __len__(self) -> int:
+        return len(self._blocks)
+

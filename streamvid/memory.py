@@ -1,0 +1,151 @@
+"""Long-term memory: blocks evicted from the KV window keep their real KV tensors and one FAISS vector each.
+
+Tensors live in host RAM up to `ram_mb`, then spill to `disk_dir` as safetensors files; beyond `disk_mb` the
+oldest blocks are dropped (from storage and from the index). Search is FAISS inner product over L2-normalised
+vectors (cosine). This is the only module that imports faiss.
+
+Thread contract: the ingest thread calls `add`; the reasoning thread calls `search`, `ids_at` and `load`.
+Every method takes `_lock` (a leaf lock: nothing else is acquired while holding it, FAISS writes need mutual
+exclusion). Loading a spilled block reads its file outside the lock.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import faiss
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from streamvid.kv_window import Block
+
+
+@dataclass(frozen=True)
+class MemoryStats:
+    blocks: int
+    blocks_in_ram: int
+    blocks_on_disk: int
+    dropped: int
+    ram_mb: float
+    disk_mb: float
+
+
+class LongTermMemory:
+    def __init__(self, dim: int, ram_mb: float = 512.0, disk_mb: float = 4096.0, disk_dir: str | Path | None = None):
+        self.dim = dim
+        self.ram_bytes = int(ram_mb * 2**20)
+        self.disk_bytes = int(disk_mb * 2**20)
+        self._tmp = None
+        if disk_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="streamvid-memory-")
+            disk_dir = self._tmp.name
+        self.disk_dir = Path(disk_dir)
+        self.disk_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
+        self._ram: dict[int, Block] = {}  # id -> block (insertion order = time order)
+        self._disk: dict[int, tuple[Path, int]] = {}  # id -> (file, bytes)
+        self._meta: dict[int, tuple[float, float]] = {}  # id -> (t_start_s, t_end_s)
+        self._starts: list[tuple[float, int]] = []  # sorted (t_start_s, id) for time lookups
+        self._ram_used = 0
+        self._disk_used = 0
+        self._dropped = 0
+
+    def add(self, block: Block) -> None:
+        if block.vector is None or block.vector.shape != (self.dim,):
+            got = None if block.vector is None else block.vector.shape
+            raise ValueError(f"memory expects a block vector of shape ({self.dim},), got {got}")
+        with self._lock:
+            self._index.add_with_ids(block.vector[None].astype(np.float32), np.array([block.id], dtype=np.int64))
+            self._ram[block.id] = block
+            self._meta[block.id] = (block.t_start_s, block.t_end_s)
+            bisect.insort(self._starts, (block.t_start_s, block.id))
+            self._ram_used += block.nbytes
+            while self._ram_used > self.ram_bytes and self._ram:
+                self._spill(next(iter(self._ram)))
+            while self._disk_used > self.disk_bytes and self._disk:
+                self._drop(next(iter(self._disk)))
+
+    def search(self, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """The k stored blocks whose vectors best match `vector`: [(id, score)], best first."""
+        with self._lock:
+            if k <= 0 or self._index.ntotal == 0:
+                return []
+            scores, ids = self._index.search(vector[None].astype(np.float32), min(k, self._index.ntotal))
+        return [(int(i), float(s)) for i, s in zip(ids[0], scores[0]) if i >= 0]
+
+    def ids_at(self, t_s: float, pad_s: float = 0.0) -> list[int]:
+        """Ids of stored blocks whose time span overlaps [t_s - pad_s, t_s + pad_s], in time order."""
+        with self._lock:
+            hi = bisect.bisect_right(self._starts, (t_s + pad_s, float("inf")))
+            return [i for _, i in self._starts[:hi] if self._meta[i][1] >= t_s - pad_s]
+
+    def load(self, block_id: int, device: torch.device | str = "cpu") -> Block:
+        with self._lock:
+            block = self._ram.get(block_id)
+            spilled = self._disk.get(block_id)
+        if block is None and spilled is None:
+            raise KeyError(f"block {block_id} is not in memory (dropped or never stored)")
+        if block is None:
+            block = _read_block(spilled[0])
+        return block.replace(keys=tuple(k.to(device) for k in block.keys),
+                             values=tuple(v.to(device) for v in block.values))
+
+    def stats(self) -> MemoryStats:
+        with self._lock:
+            return MemoryStats(len(self._meta), len(self._ram), len(self._disk), self._dropped,
+                               self._ram_used / 2**20, self._disk_used / 2**20)
+
+    def __len__(self) -> int:
+        return len(self._meta)
+
+    def close(self) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    # -- with _lock held ---------------------------------------------------------------------------------
+    def _spill(self, block_id: int) -> None:
+        block = self._ram.pop(block_id)
+        self._ram_used -= block.nbytes
+        path = self.disk_dir / f"block_{block_id:09d}.safetensors"
+        _write_block(block, path)
+        size = path.stat().st_size
+        self._disk[block_id] = (path, size)
+        self._disk_used += size
+
+    def _drop(self, block_id: int) -> None:
+        path, size = self._disk.pop(block_id)
+        path.unlink(missing_ok=True)
+        self._disk_used -= size
+        self._index.remove_ids(np.array([block_id], dtype=np.int64))
+        start, _ = self._meta.pop(block_id)
+        self._starts.remove((start, block_id))
+        self._dropped += 1
+
+
+def _write_block(block: Block, path: Path) -> None:
+    tensors = {f"k{i}": k.detach().cpu().contiguous() for i, k in enumerate(block.keys)}
+    tensors |= {f"v{i}": v.detach().cpu().contiguous() for i, v in enumerate(block.values)}
+    tensors["vector"] = torch.from_numpy(block.vector.copy())
+    meta = {"id": block.id, "t_start_s": block.t_start_s, "t_end_s": block.t_end_s,
+            "pos_start": block.pos_start, "pos_span": block.pos_span, "n_layers": len(block.keys)}
+    save_file(tensors, str(path), metadata={"block": json.dumps(meta)})
+
+
+def _read_block(path: Path) -> Block:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        meta = json.loads(f.metadata()["block"])
+    tensors = load_file(str(path))
+    n = meta["n_layers"]
+    return Block(id=meta["id"], t_start_s=meta["t_start_s"], t_end_s=meta["t_end_s"],
+                 keys=tuple(tensors[f"k{i}"] for i in range(n)), values=tuple(tensors[f"v{i}"] for i in range(n)),
+                 pos_start=meta["pos_start"], pos_span=meta["pos_span"], vector=tensors["vector"].numpy())
