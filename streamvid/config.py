@@ -17,7 +17,7 @@ class EngineConfig:
     fps: float = 2.0  # frames sampled per second of stream
     frames_per_chunk: int = 2  # frames per encoded block (a multiple of the model's temporal patch)
     frame_px: int | None = None  # resize frames to frame_px x frame_px before the processor; None: native size
-    window_tokens: int = 288  # recent-block budget of the KV window (sinks not counted)
+    window_tokens: int = 144  # recent-block budget of the KV window (sinks not counted)
     memory_top_k: int = 4  # blocks retrieved from long-term memory per question; 0 turns retrieval off
     memory_ram_mb: float = 512.0
     memory_disk_mb: float = 4096.0

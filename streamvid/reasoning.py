@@ -99,17 +99,19 @@ class ReasoningWorker:
         return answer
 
     def retrieve(self, q: Question, snap: WindowSnapshot) -> list[Block]:
-        """Top-k memory blocks by the model's own vectors, plus blocks at any stream time the question names."""
+        """Top-k memory blocks by the model's own vectors; for a question that names an older stream time
+        ("at 03:12", "two minutes ago"), the blocks at that time instead."""
         k = self.config.memory_top_k
         if self.memory is None or k == 0 or len(self.memory) == 0:
             return []
-        ids = [i for i, _ in self.memory.search(self.adapter.question_vector(q.text), k)]
         window_start = snap.span_s[0] if snap.span_s else float("inf")
         chunk_s = self.config.frames_per_chunk / self.config.fps
-        for t in stream_times(q.text, q.t_s):
-            if t < window_start:
-                ids = self.memory.ids_at(t, pad_s=chunk_s / 2)[:k] + ids
-        unique = list(dict.fromkeys(ids))[: 2 * k]
+        times = [t for t in stream_times(q.text, q.t_s) if t < window_start]
+        if times:  # the question says when to look: the blocks at those times, not the nearest vectors
+            ids = [i for t in times for i in self.memory.ids_at(t, pad_s=chunk_s / 2)]
+        else:
+            ids = [i for i, _ in self.memory.search(self.adapter.question_vector(q.text), k)]
+        unique = list(dict.fromkeys(ids))[:k]
         device = snap.sinks.keys[0].device
         blocks = []
         for i in unique:

@@ -49,6 +49,9 @@ Tell me when a yellow diamond appears. circle square triangle star hexagon diamo
 red green blue yellow purple orange white black grey 0 1 2 3 4 5 6 7 8 9 zero one two three
 I only know ShapesWorld: shapes, colours, counts and events. I can not see that.
 the a an and or of on in at is was are were there now when what which how many seconds minutes ago
+Do you see a red circle? How many shapes are on screen? How many shapes do you see? Let me know when it appears.
+The star is which colour? What is the colour of the square? What shape is green? What shape was blue?
+What did you see at 02:15? What was the colour of the triangle? Which shape is the orange one?
 """
 
 

@@ -1,0 +1,291 @@
+"""`streamvid train-tiny`: train the bundled ShapesWorld model, a small Qwen2.5-VL, from scratch on a CPU.
+
+Every training sample is laid out exactly as the engine lays out an answer context (see `positions.layout`):
+sinks (system prompt), retrieved memory blocks in time order, the recent window of blocks, then the question
+and the answer, each video chunk its own <|vision_start|>...<|vision_end|> group with Qwen's 3-D positions.
+What sits in the "retrieved" slot imitates the engine: for a memory question some of the blocks that show the
+evidence plus older distractors; for a question that names a time, the blocks at that time; for a question about
+now, older blocks that may contradict the present (so the model learns to read "is" from the window).
+
+The engine retrieves with the model's own vectors at decoder layer 0: the mean pre-RoPE key of a block's video
+tokens and the mean pre-RoPE query of the question's tokens (GQA heads averaged). Nothing mixes tokens before
+layer 0's projections, so those vectors are the same here as in the engine. An auxiliary contrastive loss
+pulls a question's vector towards blocks that show what it names (its shape and/or colour).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from streamvid.adapters.qwen2_5_vl import QwenVLAdapter
+from streamvid.adapters.tiny import build_tiny_checkpoint
+from streamvid.synth.questions import sample_qa
+from streamvid.synth.world import COLOURS, SHAPES, Timeline, generate, render
+
+log = logging.getLogger(__name__)
+
+FAMILY_WEIGHTS = {"realtime_colour": 1.0, "realtime_shape": 1.0, "realtime_count": 1.0, "realtime_exists": 1.0,
+                  "probe": 1.0, "backward_colour": 1.5, "backward_shape": 1.5, "backward_at_time": 1.0}
+_WORDS = re.compile(r"[a-z]+")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    out_dir: Path
+    seed: int = 0
+    steps: int | None = None  # None: 2,000
+    batch: int = 8
+    lr: float = 3e-3
+    window_blocks: int = 8  # the engine's default window (window_tokens / tokens per block)
+    top_k: int = 4  # the engine's default memory_top_k
+    fps: float = 2.0
+    frames_per_chunk: int = 2
+    frame_px: int = 112
+    minutes: float = 10.0
+    n_timelines: int = 48
+    hidden: int = 128
+    layers: int = 4
+    contrastive_weight: float = 0.5
+    time_budget_s: float = 40 * 60
+    log_every: int = 50
+    families: dict = field(default_factory=lambda: dict(FAMILY_WEIGHTS))
+
+
+class _Data:
+    """Samples (chunks, question, answer) from ShapesWorld timelines with frames rendered on demand."""
+
+    def __init__(self, cfg: TrainConfig, rng: np.random.Generator):
+        self.cfg = cfg
+        self.rng = rng
+        self.timelines = [generate(cfg.seed * 100_000 + i, cfg.minutes * 60, cfg.fps) for i in range(cfg.n_timelines)]
+        self._frames: dict[tuple[int, int], np.ndarray] = {}
+        names = list(cfg.families)
+        w = np.array([cfg.families[n] for n in names], dtype=float)
+        self.families, self.family_p = names, w / w.sum()
+
+    def frame(self, ti: int, k: int) -> np.ndarray:
+        key = (ti, k)
+        if key not in self._frames:
+            self._frames[key] = render(self.timelines[ti], k / self.cfg.fps, self.cfg.frame_px)
+        return self._frames[key]
+
+    def sample(self) -> dict:
+        cfg, rng = self.cfg, self.rng
+        fpc = cfg.frames_per_chunk
+        chunk_s = fpc / cfg.fps
+        while True:
+            ti = int(rng.integers(len(self.timelines)))
+            tl = self.timelines[ti]
+            k_now = int(rng.integers(cfg.window_blocks * fpc + 4, tl.n_frames))
+            family = self.families[rng.choice(len(self.families), p=self.family_p)]
+            qa = sample_qa(tl, k_now / cfg.fps, rng, cfg.window_blocks * chunk_s, [family])
+            if qa is None:
+                continue
+            first_window = k_now + 1 - cfg.window_blocks * fpc  # first frame of the window
+            window = [list(range(s, s + fpc)) for s in range(first_window, k_now + 1, fpc)]
+            past = [list(range(s, s + fpc)) for s in range(first_window - fpc, -1, -fpc)]  # newest first
+            retrieved = self._retrieved(tl, qa, past, chunk_s)
+            if retrieved is None:
+                continue
+            chunks = sorted(retrieved, key=lambda c: c[0]) + window
+            return {"ti": ti, "chunks": chunks, "question": qa.text, "answer": qa.answer, "family": qa.family}
+
+    def _retrieved(self, tl: Timeline, qa, past: list[list[int]], chunk_s: float) -> list[list[int]] | None:
+        cfg, rng = self.cfg, self.rng
+        k = cfg.top_k
+        if not past:
+            return []
+        fps = cfg.fps
+        if qa.family == "backward_at_time":
+            t = qa.evidence_s[0]
+            hits = [c for c in past if c[0] / fps <= t + chunk_s / 2 and (c[-1] + 1) / fps >= t - chunk_s / 2]
+            return hits[:k] or None
+        n_random = k
+        chosen: list[list[int]] = []
+        if qa.family.startswith("backward"):
+            a, b = qa.evidence_s
+            evidence = [c for c in past if a <= c[0] / fps and (c[-1] + 1) / fps <= b + 1e-6]
+            if not evidence:
+                return None
+            n_ev = int(rng.integers(1, min(k, len(evidence)) + 1))
+            chosen = [evidence[i] for i in rng.choice(len(evidence), n_ev, replace=False)]
+            n_random = k - n_ev
+        elif rng.random() < 0.15:
+            return []  # memory off or nothing stored yet
+        others = [c for c in past if c not in chosen]
+        if others and rng.random() < 0.5:  # like the engine, prefer old blocks showing what the question names
+            sample = [others[i] for i in rng.choice(len(others), min(40, len(others)), replace=False)]
+            shape, colour = _mentions(qa.text)
+            if shape or colour:
+                others = [c for c in sample if _chunk_shows(tl, c, fps, shape, colour)] or others
+        if others and n_random:
+            chosen += [others[i] for i in rng.choice(len(others), min(n_random, len(others)), replace=False)]
+        return chosen
+
+
+def _mentions(text: str) -> tuple[str | None, str | None]:
+    words = set(_WORDS.findall(text.lower()))
+    shape = next((s for s in SHAPES if s in words), None)
+    colour = next((c for c in COLOURS if c in words), None)
+    return shape, colour
+
+
+def _chunk_shows(tl: Timeline, frames: list[int], fps: float, shape: str | None, colour: str | None) -> bool:
+    for k in frames:
+        for o in tl.objects_at(k / fps):
+            if (shape is None or o.shape == shape) and (colour is None or o.colour == colour):
+                return True
+    return False
+
+
+class _Batcher:
+    """Turns samples into model inputs laid out like the engine's answer context."""
+
+    def __init__(self, adapter: QwenVLAdapter, data: _Data):
+        self.a = adapter
+        self.data = data
+        tok = adapter.tokenizer
+        self.sink_ids = tok.encode(adapter.sink_text, add_special_tokens=False)
+        self.end_id = tok.convert_tokens_to_ids("<|im_end|>")
+        self.pad_id = tok.convert_tokens_to_ids("<|endoftext|>")
+        self.merge = int(adapter.video_processor.merge_size)
+
+    def build(self, samples: list[dict]) -> dict:
+        a, tok = self.a, self.a.tokenizer
+        rows, labels, positions, pixels, grids, chunk_spans, chunk_meta = [], [], [], [], [], [], []
+        for si, s in enumerate(samples):
+            ids = list(self.sink_ids)
+            for frames in s["chunks"]:
+                video = a.video_processor(videos=[np.stack([self.data.frame(s["ti"], k) for k in frames])],
+                                          return_tensors="pt", do_sample_frames=False, cap_pixels_per_frame=True)
+                grid = video["video_grid_thw"]
+                n = int(grid.prod()) // (self.merge ** 2)
+                chunk_spans.append((si, len(ids) + 1, len(ids) + 1 + n))
+                chunk_meta.append((s["ti"], frames))
+                ids += [a._vision_start] + [a._video_pad] * n + [a._vision_end]
+                pixels.append(video["pixel_values_videos"])
+                grids.append(grid)
+            prompt = tok.encode(a.prompt(s["question"]), add_special_tokens=False)
+            answer = tok.encode(s["answer"], add_special_tokens=False) + [self.end_id]
+            lab = [-100] * (len(ids) + len(prompt)) + answer
+            ids += prompt + answer
+            rows.append(ids)
+            labels.append(lab)
+        length = max(len(r) for r in rows)
+        input_ids = torch.full((len(rows), length), self.pad_id)
+        label_t = torch.full((len(rows), length), -100)
+        mask = torch.zeros((len(rows), length), dtype=torch.long)
+        pos = torch.zeros((3, len(rows), length), dtype=torch.long)
+        grid_all = torch.cat(grids)
+        g = 0
+        for i, (r, lab) in enumerate(zip(rows, labels)):
+            ids = torch.tensor([r])
+            types = (ids == a._video_pad).int() * 2
+            n_chunks = int((ids == a._vision_start).sum())
+            p, _ = a.model.model.get_rope_index(ids, mm_token_type_ids=types, video_grid_thw=grid_all[g:g + n_chunks],
+                                                second_per_grid_ts=torch.ones(n_chunks))
+            g += n_chunks
+            input_ids[i, :len(r)] = ids[0]
+            label_t[i, :len(r)] = torch.tensor(lab)
+            mask[i, :len(r)] = 1
+            pos[:, i, :len(r)] = p[:, 0]
+        questions = [tok.encode(s["question"], add_special_tokens=False) for s in samples]
+        return {"input_ids": input_ids, "labels": label_t, "attention_mask": mask, "position_ids": pos,
+                "pixel_values_videos": torch.cat(pixels), "video_grid_thw": grid_all,
+                "chunk_spans": chunk_spans, "chunk_meta": chunk_meta, "questions": questions, "samples": samples}
+
+
+def _question_vectors(model, questions: list[list[int]]) -> torch.Tensor:
+    """Layer-0 mean pre-RoPE queries, heads averaged per KV group: (n, kv_heads * head_dim)."""
+    lm = model.model.language_model
+    layer = lm.layers[0]
+    cfg = model.config.get_text_config()
+    heads, kv = cfg.num_attention_heads, cfg.num_key_value_heads
+    out = []
+    for q in questions:
+        h = layer.input_layernorm(lm.embed_tokens(torch.tensor(q)))
+        v = layer.self_attn.q_proj(h).mean(0)
+        out.append(v.view(kv, heads // kv, -1).mean(1).reshape(-1))
+    return torch.stack(out)
+
+
+def train(cfg: TrainConfig) -> dict:
+    """Build a fresh tiny checkpoint, train it, save it to cfg.out_dir with a training record."""
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    out = Path(cfg.out_dir)
+    build_tiny_checkpoint(out, seed=cfg.seed, hidden=cfg.hidden, layers=cfg.layers, frame_px=cfg.frame_px)
+    adapter = QwenVLAdapter(str(out))
+    model = adapter.model
+    model.train()
+    data = _Data(cfg, rng)
+    batcher = _Batcher(adapter, data)
+    steps = cfg.steps or 2000
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / 100) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+    captured: list[torch.Tensor] = []
+    hook = model.model.language_model.layers[0].self_attn.k_proj.register_forward_hook(
+        lambda _m, _i, o: captured.append(o))
+    t0 = time.perf_counter()
+    history = []
+    step = 0
+    for step in range(steps):
+        batch = batcher.build([data.sample() for _ in range(cfg.batch)])
+        captured.clear()
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                       position_ids=batch["position_ids"], pixel_values_videos=batch["pixel_values_videos"],
+                       video_grid_thw=batch["video_grid_thw"]).logits
+        lm_loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), batch["labels"][:, 1:].reshape(-1))
+        c_loss = _contrastive(model, batch, captured[0], data)
+        loss = lm_loss + cfg.contrastive_weight * c_loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if step % cfg.log_every == 0 or step == steps - 1:
+            rec = {"step": step, "lm_loss": round(lm_loss.item(), 4), "contrastive": round(c_loss.item(), 4),
+                   "elapsed_s": round(time.perf_counter() - t0, 1)}
+            history.append(rec)
+            log.warning("train %s", rec)
+        if time.perf_counter() - t0 > cfg.time_budget_s:
+            log.warning("time budget of %.0f s reached at step %d", cfg.time_budget_s, step)
+            break
+    hook.remove()
+    model.eval()
+    model.to(torch.bfloat16)
+    model.save_pretrained(out)
+    record = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
+              "steps_done": step + 1, "train_s": round(time.perf_counter() - t0, 1), "history": history}
+    (out / "training.json").write_text(json.dumps(record, indent=1))
+    return record
+
+
+def _contrastive(model, batch: dict, keys: torch.Tensor, data: _Data) -> torch.Tensor:
+    """Multi-positive InfoNCE between question vectors and block vectors (cosine, scale 20)."""
+    spans = batch["chunk_spans"]
+    blocks = torch.stack([keys[si, a:b].mean(0) for si, a, b in spans])
+    blocks = F.normalize(blocks, dim=-1)
+    qs = F.normalize(_question_vectors(model, batch["questions"]), dim=-1)
+    sim = 20.0 * qs @ blocks.T  # (questions, blocks)
+    losses = []
+    for qi, s in enumerate(batch["samples"]):
+        shape, colour = _mentions(s["question"])
+        if shape is None and colour is None:
+            continue
+        pos = torch.tensor([_chunk_shows(data.timelines[ti], frames, data.cfg.fps, shape, colour)
+                            for ti, frames in batch["chunk_meta"]])
+        if pos.any() and not pos.all():
+            losses.append(torch.logsumexp(sim[qi], 0) - torch.logsumexp(sim[qi][pos], 0))
+    return torch.stack(losses).mean() if losses else sim.sum() * 0.0

@@ -1,0 +1,77 @@
+"""The Qwen adapter: chunk-by-chunk prefill equals one forward; retrieval vectors; decoding; load errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import random_frames
+from streamvid.adapters.base import Context
+from streamvid.adapters.qwen2_5_vl import QwenVLAdapter
+from streamvid.kv_window import Block
+from streamvid.positions import concat
+
+
+def test_chunk_by_chunk_prefill_equals_one_forward(adapter):
+    chunks = [random_frames(2, seed=s) for s in (1, 2)]
+    question = adapter.prompt("How many shapes are there?")
+    # incremental: sinks, chunk, chunk, then the question on the concatenated cache
+    sinks = adapter.encode_text(adapter.sink_text)
+    blocks = [Block(-1, 0, 0, sinks.keys, sinks.values, 0, sinks.pos_span)]
+    for i, frames in enumerate(chunks):
+        past = concat(blocks, blocks[-1].pos_start + blocks[-1].pos_span)
+        enc = adapter.encode_chunk(frames, past, 1.0)
+        blocks.append(Block(i, i, i + 1, enc.keys, enc.values, past.next_pos, enc.pos_span, enc.vector))
+    ctx = concat(blocks, blocks[-1].pos_start + blocks[-1].pos_span)
+    q_ids = adapter._ids(question)
+    inc_logits = adapter._forward(q_ids, adapter._text_positions(ctx.next_pos, q_ids.shape[1]), ctx)[0][0, -1]
+
+    # one forward over the same tokens, positions from the model's own get_rope_index over the whole sequence
+    video = adapter.video_processor(videos=[np.stack(c) for c in chunks], return_tensors="pt",
+                                    do_sample_frames=False, cap_pixels_per_frame=True)
+    n = int(video["video_grid_thw"][0].prod()) // 4
+    chunk_ids = [adapter._vision_start] + [adapter._video_pad] * n + [adapter._vision_end]
+    ids = torch.tensor([adapter._ids(adapter.sink_text)[0].tolist() + chunk_ids * 2 + q_ids[0].tolist()])
+    types = (ids == adapter._video_pad).int() * 2
+    pos, _ = adapter.model.model.get_rope_index(ids, mm_token_type_ids=types, video_grid_thw=video["video_grid_thw"],
+                                                second_per_grid_ts=torch.ones(2))
+    with torch.inference_mode():
+        out = adapter.model(input_ids=ids, position_ids=pos, pixel_values_videos=video["pixel_values_videos"],
+                            video_grid_thw=video["video_grid_thw"], use_cache=True)
+    n_ctx = ctx.n_tokens
+    assert ids.shape[1] == n_ctx + q_ids.shape[1]
+    assert int(pos[0, 0, -1]) == ctx.next_pos + q_ids.shape[1] - 1
+    for layer, (k, v) in enumerate(zip(ctx.keys, ctx.values)):
+        assert torch.allclose(out.cache.layers[layer].keys[:, :, :n_ctx], k, atol=1e-4)
+        assert torch.allclose(out.cache.layers[layer].values[:, :, :n_ctx], v, atol=1e-4)
+    assert torch.allclose(out.logits[0, -1], inc_logits, atol=1e-4)
+
+
+def test_vectors_are_unit_and_comparable(adapter):
+    sinks = adapter.encode_text(adapter.sink_text)
+    enc = adapter.encode_chunk(random_frames(2), Context(sinks.keys, sinks.values, sinks.pos_span), 1.0)
+    q = adapter.question_vector("What colour was the star?")
+    assert enc.vector.shape == q.shape == (adapter.index_dim,)
+    assert abs(np.linalg.norm(enc.vector) - 1) < 1e-5 and abs(np.linalg.norm(q) - 1) < 1e-5
+
+
+def test_generate_streams_pieces_and_respects_limit(adapter):
+    sinks = adapter.encode_text(adapter.sink_text)
+    ctx = Context(sinks.keys, sinks.values, sinks.pos_span)
+    pieces = list(adapter.generate(ctx, adapter.prompt("Hello?"), max_new_tokens=5))
+    assert len(pieces) <= 5 and all(isinstance(p, str) for p in pieces)
+    assert 0.0 <= adapter.probe(ctx, "Is there a red circle?") <= 1.0
+
+
+def test_chunk_needs_whole_temporal_patches(adapter):
+    sinks = adapter.encode_text(adapter.sink_text)
+    with pytest.raises(ValueError, match="multiple of 2 frames"):
+        adapter.encode_chunk(random_frames(3), Context(sinks.keys, sinks.values, sinks.pos_span), 1.0)
+
+
+def test_load_errors_are_one_line(tmp_path, tiny_model_dir):
+    with pytest.raises(ValueError, match="cannot load model"):
+        QwenVLAdapter(str(tmp_path / "missing"))
+    with pytest.raises(ValueError, match=r"index_layer must be in \[0, 2\), got 9"):
+        QwenVLAdapter(str(tiny_model_dir), index_layer=9)

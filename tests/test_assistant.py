@@ -1,0 +1,125 @@
+"""The threaded session: no lost frames, live sources never block, bounded stop, errors reach the caller."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import av
+import numpy as np
+import pytest
+
+from streamvid.assistant import BusyError, StreamingAssistant
+from streamvid.config import EngineConfig
+from streamvid.sources import FileSource, PushSource
+
+
+def _cfg(**kw) -> EngineConfig:
+    return EngineConfig(model="unused", window_tokens=60, max_new_tokens=4, **kw)
+
+
+def _streamvid_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("streamvid-") and t.is_alive()]
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory):
+    """A 6 s, 10 fps, 56x56 H.264 clip."""
+    path = tmp_path_factory.mktemp("clip") / "clip.mp4"
+    rng = np.random.default_rng(0)
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("libx264", rate=10)
+        s.width = s.height = 56
+        s.pix_fmt = "yuv420p"
+        for _ in range(60):
+            c.mux(s.encode(av.VideoFrame.from_ndarray(rng.integers(0, 256, (56, 56, 3), dtype=np.uint8),
+                                                      format="rgb24")))
+        c.mux(s.encode())
+    return path
+
+
+def test_answering_while_ingesting_loses_no_frames_of_a_file(adapter, clip):
+    with StreamingAssistant(_cfg(fps=4.0), adapter=adapter) as sa:
+        sa.start(FileSource(clip, fps=4.0))
+        ids = {sa.ask("How many shapes are there?"), sa.ask("What colour is the circle?")}
+        answers = {}
+        deadline = time.monotonic() + 60
+        while (len(answers) < 2 or not sa.ingest_done.is_set()) and time.monotonic() < deadline:
+            for out in sa.outputs(timeout_s=0.2):
+                if out.kind == "answer":
+                    answers[out.id] = out
+        assert set(answers) == ids
+        assert sa.ingest.frames_in == 24 and sa.stats()["frames_dropped"] == 0
+        assert sa.ingest.blocks_encoded == 12
+
+
+def test_live_source_never_blocks_the_producer(adapter):
+    source = PushSource(fps=1000.0)
+    with StreamingAssistant(_cfg(), adapter=adapter) as sa:
+        sa.start(source)
+        t0 = time.monotonic()
+        for i in range(300):
+            source.push(np.full((56, 56, 3), i % 256, np.uint8), t_s=i / 1000)
+        push_s = time.monotonic() - t0
+        time.sleep(0.5)  # let ingest catch up with the latest frame
+        assert push_s < 1.0, f"300 pushes took {push_s:.2f} s"
+        assert source.dropped > 0 and sa.ingest.frames_in + source.dropped <= 300
+        assert sa.ingest.frames_in >= 1
+
+
+def test_stop_is_bounded_idempotent_and_leaves_no_threads(adapter):
+    sa = StreamingAssistant(_cfg(), adapter=adapter)
+    sa.start(PushSource(fps=2.0))
+    assert len(_streamvid_threads()) >= 2
+    t0 = time.monotonic()
+    sa.stop()
+    sa.stop()
+    assert time.monotonic() - t0 < 2.0
+    deadline = time.monotonic() + 2.0
+    while _streamvid_threads() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _streamvid_threads() == []
+
+
+class BrokenAdapter:
+    def __init__(self, real):
+        self._real = real
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def encode_chunk(self, *a, **kw):
+        raise RuntimeError("encoder exploded")
+
+
+def test_worker_exception_surfaces_from_outputs(adapter):
+    source = PushSource(fps=10.0)
+    with StreamingAssistant(_cfg(), adapter=BrokenAdapter(adapter)) as sa:
+        sa.start(source)
+        with pytest.raises(RuntimeError, match="encoder exploded"):
+            for i in range(100):  # one frame per 0.1 s until the first chunk is encoded and fails
+                source.push(np.zeros((56, 56, 3), np.uint8), t_s=i / 10)
+                list(sa.outputs(timeout_s=0.1))
+        with pytest.raises(RuntimeError, match="encoder exploded"):
+            sa.ask("still there?")
+
+
+def test_full_question_queue_is_a_clear_busy_error(adapter):
+    sa = StreamingAssistant(_cfg(question_queue_size=2), adapter=adapter)  # not started: nobody drains
+    sa.ask("one?")
+    sa.ask("two?")
+    with pytest.raises(BusyError, match="busy: 2 questions are waiting"):
+        sa.ask("three?")
+    with pytest.raises(ValueError, match="empty question"):
+        sa.ask("   ")
+    sa.stop()
+
+
+def test_run_simulated_answers_from_frames_up_to_t(adapter, clip):
+    sa = StreamingAssistant(_cfg(fps=4.0), adapter=adapter)
+    answers = sa.run_simulated(FileSource(clip, fps=4.0), [(5.0, "b?"), (1.1, "a?")])
+    assert [a.data["question"] for a in answers] == ["a?", "b?"]
+    assert answers[0].data["evidence_t_s"][-1][1] <= 1.1 + 0.25 + 1e-6  # nothing after T (+ one frame period)
+    again = StreamingAssistant(_cfg(fps=4.0), adapter=adapter).run_simulated(FileSource(clip, fps=4.0),
+                                                                      [(5.0, "b?"), (1.1, "a?")])
+    assert [a.text for a in again] == [a.text for a in answers]

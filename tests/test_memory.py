@@ -1,0 +1,76 @@
+"""Long-term memory: FAISS search, spill to safetensors, disk cap, time lookups."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from streamvid.kv_window import Block
+from streamvid.memory import LongTermMemory
+
+DIM = 16
+
+
+def block(i: int, vector: np.ndarray | None = None) -> Block:
+    rng = np.random.default_rng(i)
+    v = rng.standard_normal(DIM).astype(np.float32) if vector is None else vector
+    shape = (1, 2, 8, 4)
+    return Block(i, float(i), float(i + 1), (torch.randn(shape), torch.randn(shape)),
+                 (torch.randn(shape), torch.randn(shape)), 100 + 6 * i, 6, v / np.linalg.norm(v))
+
+
+def test_search_finds_the_matching_block():
+    mem = LongTermMemory(DIM)
+    blocks = [block(i) for i in range(50)]
+    for b in blocks:
+        mem.add(b)
+    hits = mem.search(blocks[17].vector, 3)
+    assert hits[0][0] == 17 and abs(hits[0][1] - 1.0) < 1e-5 and len(hits) == 3
+    assert mem.search(blocks[0].vector, 0) == []
+
+
+def test_spill_to_disk_round_trips_exactly(tmp_path):
+    one = block(0).nbytes
+    mem = LongTermMemory(DIM, ram_mb=3.5 * one / 2**20, disk_dir=tmp_path)
+    blocks = [block(i) for i in range(10)]
+    for b in blocks:
+        mem.add(b)
+    stats = mem.stats()
+    assert stats.blocks == 10 and stats.blocks_in_ram == 3 and stats.blocks_on_disk == 7
+    assert len(list(tmp_path.glob("*.safetensors"))) == 7
+    for b in (blocks[0], blocks[9]):  # one spilled, one in RAM
+        got = mem.load(b.id)
+        assert (got.t_start_s, got.pos_start, got.pos_span) == (b.t_start_s, b.pos_start, b.pos_span)
+        assert all(torch.equal(x, y) for x, y in zip(got.keys + got.values, b.keys + b.values))
+    assert mem.search(blocks[2].vector, 1)[0][0] == 2
+
+
+def test_disk_cap_drops_oldest_from_storage_and_index(tmp_path):
+    one = block(0).nbytes
+    mem = LongTermMemory(DIM, ram_mb=1.5 * one / 2**20, disk_mb=3.5 * one / 2**20, disk_dir=tmp_path)
+    blocks = [block(i) for i in range(10)]
+    for b in blocks:
+        mem.add(b)
+    stats = mem.stats()
+    assert stats.dropped > 0 and stats.disk_mb * 2**20 <= 3.5 * one + 4096 * stats.blocks_on_disk
+    with pytest.raises(KeyError, match="block 0"):
+        mem.load(0)
+    assert all(i != 0 for i, _ in mem.search(blocks[0].vector, 10))
+    assert mem.ids_at(0.5) == []
+
+
+def test_ids_at_time():
+    mem = LongTermMemory(DIM)
+    for i in range(20):
+        mem.add(block(i))
+    assert mem.ids_at(5.5) == [5]
+    assert mem.ids_at(5.5, pad_s=1.0) == [4, 5, 6]
+    assert mem.ids_at(100.0) == []
+
+
+def test_wrong_vector_shape_is_refused():
+    mem = LongTermMemory(DIM)
+    with pytest.raises(ValueError, match=r"shape \(16,\)"):
+        mem.add(block(0, np.ones(8, np.float32)))
+    assert len(mem) == 0

@@ -1,0 +1,67 @@
+"""Moving cached blocks by rotating their keys equals encoding them at the new positions.
+
+Tolerance: 1e-4 absolute on keys and logits (float32 on CPU; measured differences are ~1e-6).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from conftest import random_frames
+from streamvid.adapters.base import Context
+from streamvid.kv_window import Block
+from streamvid.positions import concat, layout, move_block, rotate_keys
+
+TOL = 1e-4
+
+
+def test_rotations_compose(adapter):
+    k = torch.randn(1, 2, 7, 16)
+    inv = adapter.rope_inv_freq
+    assert torch.allclose(rotate_keys(rotate_keys(k, 300, inv), -120, inv), rotate_keys(k, 180, inv), atol=1e-5)
+    assert torch.allclose(rotate_keys(rotate_keys(k, 5000, inv), -5000, inv), k, atol=1e-5)
+
+
+def _encode_stream(adapter, offset: int, n_chunks: int = 3) -> list[Block]:
+    """Sinks and chunks encoded one after another, everything starting at position `offset`."""
+    sinks = adapter.encode_text(adapter.sink_text, Context((), (), offset))
+    blocks = [Block(-1, 0, 0, sinks.keys, sinks.values, offset, sinks.pos_span)]
+    for i in range(n_chunks):
+        past = concat(blocks, blocks[-1].pos_start + blocks[-1].pos_span)
+        enc = adapter.encode_chunk(random_frames(2, seed=i), past, 1.0)
+        blocks.append(Block(i, i, i + 1, enc.keys, enc.values, past.next_pos, enc.pos_span, enc.vector))
+    return blocks
+
+
+def _question_logits(adapter, ctx: Context) -> torch.Tensor:
+    ids = adapter._ids(adapter.prompt("What colour is the circle?"))
+    return adapter._forward(ids, adapter._text_positions(ctx.next_pos, ids.shape[1]), ctx)[0][0, -1]
+
+
+def test_shifted_stream_moved_back_equals_fresh_encoding(adapter):
+    fresh = _encode_stream(adapter, offset=0)
+    far = _encode_stream(adapter, offset=4000)  # same content, every position + 4000
+    inv = adapter.rope_inv_freq
+    moved = [move_block(b, b.pos_start - 4000, inv) for b in far]
+    for a, b in zip(fresh, moved):
+        assert a.pos_start == b.pos_start
+        for ka, kb in zip(a.keys, b.keys):
+            assert torch.allclose(ka, kb, atol=TOL)
+    ctx_fresh = concat(fresh, fresh[-1].pos_start + fresh[-1].pos_span)
+    ctx_moved = concat(moved, moved[-1].pos_start + moved[-1].pos_span)
+    assert torch.allclose(_question_logits(adapter, ctx_fresh), _question_logits(adapter, ctx_moved), atol=TOL)
+
+
+def test_layout_places_blocks_contiguously_in_time_order(adapter):
+    blocks = _encode_stream(adapter, offset=0, n_chunks=4)
+    sinks, old, *window = blocks
+    inv = adapter.rope_inv_freq
+    # window blocks far away (as after a long stream), the retrieved block wherever it was
+    window = [move_block(b, b.pos_start + 900, inv) for b in window[1:]]
+    ctx = layout(sinks, [blocks[2], old], window, inv)
+    assert ctx.n_tokens == sum(b.n_tokens for b in (sinks, old, blocks[2], *window))
+    assert ctx.next_pos == sinks.pos_span + sum(b.pos_span for b in (old, blocks[2], *window))
+    # the window's relative positions are kept: identical to encoding at contiguous positions after the memory
+    expected = move_block(window[0], sinks.pos_span + old.pos_span + blocks[2].pos_span, inv)
+    offset = sinks.n_tokens + old.n_tokens + blocks[2].n_tokens
+    assert torch.allclose(ctx.keys[0][:, :, offset:offset + expected.n_tokens], expected.keys[0], atol=TOL)

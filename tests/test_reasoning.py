@@ -1,0 +1,114 @@
+"""Retrieval reaches the answer context; snapshots leave the window alone; stream-time references."""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import pytest
+import torch
+
+from conftest import random_frames
+from streamvid.assistant import StreamingAssistant
+from streamvid.config import EngineConfig
+from streamvid.reasoning import stream_times
+from streamvid.types import Question
+
+
+class SpyAdapter:
+    """The real adapter, recording the context each answer is generated on."""
+
+    def __init__(self, real):
+        self._real = real
+        self.contexts = []
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def generate(self, context, prompt, max_new_tokens, stop=None):
+        self.contexts.append(context)
+        return self._real.generate(context, prompt, max_new_tokens, stop)
+
+
+def _fill(sa: StreamingAssistant, n_chunks: int) -> None:
+    for i in range(n_chunks * 2):
+        sa.ingest.push(_frame(i))
+
+
+def _frame(i):
+    from streamvid.types import Frame
+
+    return Frame(random_frames(1, seed=100 + i)[0], i / 2, i)
+
+
+def _contains(context, block) -> bool:
+    """Whether the block's values (position-free) appear as a contiguous run in the context."""
+    ctx, v = context.values[0], block.values[0]
+    n = v.shape[2]
+    return any(torch.equal(ctx[:, :, s:s + n], v) for s in range(ctx.shape[2] - n + 1))
+
+
+@pytest.mark.parametrize("top_k", [2, 0])
+def test_planted_block_is_retrieved_into_the_answer_context(adapter, top_k):
+    spy = SpyAdapter(adapter)
+    cfg = EngineConfig(model="unused", window_tokens=40, memory_top_k=top_k, max_new_tokens=3)
+    sa = StreamingAssistant(cfg, adapter=spy)
+    _fill(sa, 12)
+    question = "What colour was the star?"
+    if top_k:
+        assert len(sa.memory) >= 8
+        # plant: make block 3 the one whose vector matches the question exactly
+        planted = sa.memory.load(3)
+        sa.memory._index.remove_ids(torch.tensor([3]).numpy())
+        sa.memory._index.add_with_ids(spy.question_vector(question)[None], torch.tensor([3]).numpy())
+    answer = sa.reasoning.answer(Question("q", question, 6.0))
+    context = spy.contexts[-1]
+    if top_k:
+        assert 3 in answer.data["retrieved_blocks"]
+        assert _contains(context, planted)
+        assert [3.0, 4.0] in answer.data["evidence_t_s"]
+    else:
+        assert sa.memory is None and answer.data["retrieved_blocks"] == []
+        snap = sa.window.snapshot()
+        assert context.n_tokens == snap.sinks.n_tokens + sum(b.n_tokens for b in snap.blocks)
+
+
+def test_question_naming_a_time_retrieves_that_block(adapter):
+    cfg = EngineConfig(model="unused", window_tokens=40, memory_top_k=4, max_new_tokens=2)
+    sa = StreamingAssistant(cfg, adapter=adapter)
+    _fill(sa, 12)
+    answer = sa.reasoning.answer(Question("q", "What was on screen at 00:02?", 12.0))
+    assert answer.data["retrieved_blocks"] == [1, 2]  # [1, 2) and [2, 3) touch 00:02 +- half a chunk
+    answer = sa.reasoning.answer(Question("q", "And 10 seconds ago?", 12.0))
+    assert answer.data["retrieved_blocks"] == [1, 2]
+
+
+def test_answering_leaves_the_window_unchanged(adapter):
+    sa = StreamingAssistant(EngineConfig(model="unused", window_tokens=40, max_new_tokens=4), adapter=adapter)
+    _fill(sa, 6)
+    before = sa.window.snapshot()
+    sa.reasoning.answer(Question("q", "How many shapes are there?", 6.0))
+    after = sa.window.snapshot()
+    assert [b.id for b in after.blocks] == [b.id for b in before.blocks]
+    assert all(a.keys[0] is b.keys[0] and a.pos_start == b.pos_start for a, b in zip(after.blocks, before.blocks))
+    assert torch.equal(after.sinks.keys[0], before.sinks.keys[0])
+
+
+def test_dialogue_keeps_recent_turns(adapter):
+    sa = StreamingAssistant(EngineConfig(model="unused", dialogue_turns=2, max_new_tokens=2), adapter=adapter)
+    _fill(sa, 1)
+    for i in range(3):
+        sa.reasoning.answer(Question(f"q{i}", f"question {i}?", 1.0))
+    assert [q for q, _ in sa.reasoning.dialogue] == ["question 1?", "question 2?"]
+
+
+@pytest.mark.parametrize("text,now,expected", [
+    ("What was on screen at 03:12?", 400.0, [192.0]),
+    ("what happened at 1:02:03", 4000.0, [3723.0]),
+    ("What did you see two minutes ago?", 300.0, [180.0]),
+    ("and 30 seconds ago?", 100.0, [70.0]),
+    ("What colour is the circle?", 100.0, []),
+    ("at 09:00", 60.0, []),  # in the future: ignored
+])
+def test_stream_times(text, now, expected):
+    assert stream_times(text, now) == expected
