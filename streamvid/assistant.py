@@ -112,26 +112,30 @@ class StreamingAssistant:
         self.stop()
 
     # ---- replay -----------------------------------------------------------------------------------------
-    def run_simulated(self, source, questions_at: Sequence[tuple[float, str]]) -> list[Output]:
-        """Ingest every frame of `source` in order on this thread; answer each question at its stream time T
-        from exactly the frames with t <= T (a partial chunk is flushed first). Returns the answers in order."""
-        pending = sorted(questions_at, key=lambda q: q[0])
-        answers = []
+    def run_simulated(self, source, questions_at: Sequence[tuple[float, str]],
+                      probes_at: Sequence[tuple[float, str]] = ()) -> list[Output]:
+        """Ingest every frame of `source` in order on this thread; answer each question (and yes/no probe) at its
+        stream time T from exactly the frames with t <= T (a partial chunk is flushed first).
+        Returns the answers and probe results in stream-time order."""
+        pending = sorted([(t, text, "answer") for t, text in questions_at] +
+                         [(t, text, "probe") for t, text in probes_at], key=lambda q: q[0])
+        results = []
         self.ingest.source = source
 
-        def answer_next() -> None:
-            t, text = pending.pop(0)
+        def handle_next() -> None:
+            t, text, kind = pending.pop(0)
             self.ingest.flush()
-            answers.append(self.reasoning.answer(Question(f"q{next(self._ids)}", text, t)))
+            q = Question(f"q{next(self._ids)}", text, t)
+            results.append(self.reasoning.answer(q) if kind == "answer" else self.reasoning.probe(q))
 
         while (frame := source.read()) is not None:
             while pending and pending[0][0] < frame.t_s:
-                answer_next()
+                handle_next()
             self.ingest.push(frame)
         self.ingest.flush()
         while pending:
-            answer_next()
-        return answers
+            handle_next()
+        return results
 
     def stats(self) -> dict:
         snap = self.window.snapshot()

@@ -2,6 +2,7 @@
 
     streamvid run VIDEO|URL|cam:N [--model M] [--ask T:QUESTION]... [--fps F] [--realtime]
                   [--window-tokens N] [--memory-top-k K]
+    streamvid score EPISODES.jsonl [--model M] [--out DIR] [--memory-top-k K] [--from-trace TRACE]
     streamvid synth --seed S --minutes N --out DIR
     streamvid train-tiny --out models/streamvid-tiny
 
@@ -80,6 +81,21 @@ def _run_live(sa, source, asks: list[tuple[float, str]]) -> None:
             continue  # a live stream without questions runs until interrupted
 
 
+def cmd_score(args: argparse.Namespace) -> int:
+    from streamvid.config import EngineConfig
+    from streamvid.eval.score import load_episodes, score_file, score_trace
+
+    if args.from_trace:
+        report = score_trace(load_episodes(args.episodes), args.from_trace)
+    else:
+        cfg = EngineConfig(model=args.model, device=args.device, fps=args.fps, window_tokens=args.window_tokens,
+                           memory_top_k=args.memory_top_k, max_new_tokens=args.max_new_tokens)
+        _check_model(cfg.model)
+        report = score_file(args.episodes, cfg, args.out)
+    _print(report)
+    return 0
+
+
 def cmd_synth(args: argparse.Namespace) -> int:
     from streamvid.synth.episodes import write_dataset
 
@@ -121,6 +137,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--frame-px", type=int, default=None, help="resize frames to N x N first")
     r.add_argument("--device", default=d.device)
     r.set_defaults(func=cmd_run)
+
+    sc = sub.add_parser("score", help="replay stream episodes through the engine and score the answers")
+    sc.add_argument("episodes", type=Path)
+    sc.add_argument("--model", default=str(BUNDLED_MODEL))
+    sc.add_argument("--out", type=Path, default=Path("runs/score"))
+    sc.add_argument("--from-trace", type=Path, default=None, help="re-score a trace without running the model")
+    sc.add_argument("--fps", type=float, default=d.fps)
+    sc.add_argument("--window-tokens", type=int, default=d.window_tokens)
+    sc.add_argument("--memory-top-k", type=int, default=d.memory_top_k)
+    sc.add_argument("--max-new-tokens", type=int, default=16)
+    sc.add_argument("--device", default=d.device)
+    sc.set_defaults(func=cmd_score)
 
     s = sub.add_parser("synth", help="write ShapesWorld videos, timelines and episodes")
     s.add_argument("--seed", type=int, required=True)

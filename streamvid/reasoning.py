@@ -98,6 +98,14 @@ class ReasoningWorker:
             emit(answer)
         return answer
 
+    def probe(self, q: Question) -> Output:
+        """p(yes) for a yes/no question about now: one forward on the window snapshot (no retrieval)."""
+        snap = self.window.snapshot()
+        context = layout(snap.sinks, (), snap.blocks, self.adapter.rope_inv_freq)
+        p_yes = self.adapter.probe(context, q.text)
+        return Output("probe", q.id, "yes" if p_yes >= 0.5 else "no",
+                      {"question": q.text, "t_s": round(q.t_s, 3), "p_yes": round(p_yes, 4)})
+
     def retrieve(self, q: Question, snap: WindowSnapshot) -> list[Block]:
         """Top-k memory blocks by the model's own vectors; for a question that names an older stream time
         ("at 03:12", "two minutes ago"), the blocks at that time instead."""

@@ -1,0 +1,118 @@
+"""The batch scorer: replay stream episodes through the engine, write a trace, score the trace.
+
+    streamvid score EPISODES.jsonl [--model M] [--out DIR] [--memory-top-k K]
+
+A run writes `trace.jsonl` (every answer and probe with stream time, TTFT, retrieved blocks) and `report.json`
+(accuracy per task). Metrics are computed from the trace alone, so a trace can be re-scored without the model.
+Questions that expect a proactive response (`expected_response`) need alerts and are counted as not scored.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from streamvid.config import EngineConfig
+from streamvid.eval.metrics import score
+
+SCHEMA = "stream-episode/1"
+
+
+def load_episodes(path: str | Path) -> list[dict]:
+    """Read and check a stream-episode JSONL file; errors name the line."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"episodes file not found: {path}")
+    episodes = []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            ep = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
+        if not isinstance(ep, dict) or ep.get("schema") != SCHEMA:
+            raise ValueError(f"{path}:{n}: expected schema {SCHEMA!r}, got {ep.get('schema') if isinstance(ep, dict) else ep!r}")
+        for key in ("episode_id", "video", "events"):
+            if key not in ep:
+                raise ValueError(f"{path}:{n}: missing key {key!r}")
+        video = Path(ep["video"]["path"])
+        ep["video"]["path"] = str(video if video.is_absolute() else path.parent / video)
+        episodes.append(ep)
+    return episodes
+
+
+def _work(ep: dict) -> tuple[list[tuple[float, str]], list[tuple[float, str]], list[dict], int]:
+    """Questions and probes to run, the events they answer (in run order), and how many are not scored."""
+    proactive = {e["ref"] for e in ep["events"] if e["kind"] == "expected_response"}
+    queries = [e for e in ep["events"] if e["kind"] == "user_query" and e["id"] not in proactive]
+    probes = [e for e in ep["events"] if e["kind"] == "probe"]
+    order = sorted([(e["t"], 0, i, e) for i, e in enumerate(queries)] + [(e["t"], 1, i, e) for i, e in enumerate(probes)],
+                   key=lambda x: x[0])
+    return ([(e["t"], e["text"]) for e in queries], [(e["t"], e["text"]) for e in probes],
+            [e for *_, e in order], len(proactive))
+
+
+def run_episodes(episodes: list[dict], config: EngineConfig, trace_path: str | Path) -> None:
+    from streamvid.adapters.base import load_adapter
+    from streamvid.assistant import StreamingAssistant
+    from streamvid.sources import FileSource
+
+    adapter = load_adapter(config.model, config.device, config.dtype, config.index_layer)
+    with open(trace_path, "w") as trace:
+        for ep in episodes:
+            questions, probes, events, _ = _work(ep)
+            video = ep["video"]
+            source = FileSource(video["path"], fps=config.fps, t_start_s=video.get("t_start") or 0.0,
+                                t_end_s=video.get("t_end"), size=config.frame_px)
+            with StreamingAssistant(config, adapter=adapter) as sa:
+                outputs = sa.run_simulated(source, questions, probes)
+            for event, out in zip(events, outputs, strict=True):
+                if out.data["question"] != event["text"]:
+                    raise RuntimeError(f"trace out of order at {ep['episode_id']}/{event['id']}")
+                trace.write(json.dumps({"episode_id": ep["episode_id"], "event_id": event["id"], **out.to_json()})
+                            + "\n")
+
+
+def score_trace(episodes: list[dict], trace_path: str | Path) -> dict:
+    outputs = {}
+    for line in Path(trace_path).read_text().splitlines():
+        rec = json.loads(line)
+        outputs[(rec["episode_id"], rec["event_id"])] = rec
+    per_task: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    not_scored = 0
+    ttfts = []
+    for ep in episodes:
+        events = {e["id"]: e for e in ep["events"] if "id" in e}
+        not_scored += _work(ep)[3]
+        for e in ep["events"]:
+            if e["kind"] == "expected_answer":
+                q, gold, scorer = events[e["ref"]], e["gold"].get("text") or e["gold"].get("letter"), e["scorer"]
+            elif e["kind"] == "probe":
+                q, gold, scorer = e, e["gold"], "exact"
+            else:
+                continue
+            task = q.get("task") or ep.get("source", {}).get("task", "unknown")
+            rec = outputs.get((ep["episode_id"], q["id"]))
+            per_task[task][1] += 1
+            if rec is not None:
+                per_task[task][0] += score(rec["text"], gold, scorer)
+                if rec.get("ttft_ms") is not None:
+                    ttfts.append(rec["ttft_ms"])
+    tasks = {t: {"correct": c, "n": n, "accuracy": round(c / n, 4)} for t, (c, n) in sorted(per_task.items())}
+    total_c, total_n = sum(c for c, _ in per_task.values()), sum(n for _, n in per_task.values())
+    return {"tasks": tasks, "overall": round(total_c / total_n, 4) if total_n else None, "n": total_n,
+            "not_scored_proactive": not_scored,
+            "ttft_ms_median": sorted(ttfts)[len(ttfts) // 2] if ttfts else None}
+
+
+def score_file(episodes_path: str | Path, config: EngineConfig, out_dir: str | Path) -> dict:
+    episodes = load_episodes(episodes_path)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    run_episodes(episodes, config, out / "trace.jsonl")
+    report = {"episodes": str(episodes_path), "model": config.model, "memory_top_k": config.memory_top_k,
+              "window_tokens": config.window_tokens, **score_trace(episodes, out / "trace.jsonl")}
+    (out / "report.json").write_text(json.dumps(report, indent=1))
+    return report
