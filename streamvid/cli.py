@@ -62,7 +62,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _run_live(sa, source, asks: list[tuple[float, str]]) -> None:
-    """Threads on; each question is asked once the stream reaches its time; answers print as they finish."""
+    """Threads on; each question is asked once the stream reaches its time; answers print as they finish.
+    A live stream runs until it ends or is interrupted."""
     sa.start(source)
     pending = list(asks)
     open_ids: set[str] = set()
@@ -77,8 +78,6 @@ def _run_live(sa, source, asks: list[tuple[float, str]]) -> None:
             if out.kind == "answer":
                 open_ids.discard(out.id)
                 _print(out.to_json())
-        if not pending and not open_ids and not asks:
-            continue  # a live stream without questions runs until interrupted
 
 
 def cmd_score(args: argparse.Namespace) -> int:
