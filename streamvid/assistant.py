@@ -15,6 +15,7 @@ caller's thread, in stream order, for reproducible replays; it must not be mixed
 from __future__ import annotations
 
 import itertools
+import logging
 import queue
 import resource
 import threading
@@ -29,6 +30,8 @@ from streamvid.kv_window import Block, KVWindow
 from streamvid.memory import LongTermMemory
 from streamvid.reasoning import ReasoningWorker
 from streamvid.types import Output, Question
+
+log = logging.getLogger(__name__)
 
 
 class BusyError(RuntimeError):
@@ -51,6 +54,7 @@ class StreamingAssistant:
         self._outputs: queue.Queue[Output] = queue.Queue()
         self._stop = threading.Event()
         self._error: BaseException | None = None
+        self._error_reported = False
         self._ids = itertools.count()
         self.ingest = IngestWorker(config, self.adapter, self.window, self.memory)
         self.reasoning = ReasoningWorker(config, self.adapter, self.window, self.memory, self.questions,
@@ -96,14 +100,21 @@ class StreamingAssistant:
                 return
 
     def stop(self) -> None:
-        """Stop both workers (bounded join) and close the source. Safe to call twice."""
+        """Stop both workers (bounded join), close the source and memory, and re-raise a worker error that
+        `outputs()` has not reported yet. Safe to call twice."""
         self._stop.set()
         for t in self._threads:
             t.join(timeout=self.config.join_timeout_s)
-        if self.ingest.source is not None:
-            self.ingest.source.close()
-        if self.memory is not None:
-            self.memory.close()
+        alive = [t.name for t in self._threads if t.is_alive()]
+        if alive:  # still inside one model call: it exits after it; leave it the source and memory it uses
+            log.warning("%s still finishing a model call after %.1f s", ", ".join(alive), self.config.join_timeout_s)
+        else:
+            if self.ingest.source is not None:
+                self.ingest.source.close()
+            if self.memory is not None:
+                self.memory.close()
+        if not self._error_reported:
+            self._raise_error()
 
     def __enter__(self) -> StreamingAssistant:
         return self
@@ -174,4 +185,5 @@ class StreamingAssistant:
 
     def _raise_error(self) -> None:
         if self._error is not None:
+            self._error_reported = True
             raise RuntimeError(f"streamvid worker failed: {self._error!r}") from self._error

@@ -68,12 +68,11 @@ def _run_live(sa, source, asks: list[tuple[float, str]]) -> None:
     pending = list(asks)
     open_ids: set[str] = set()
     while pending or open_ids or not sa.ingest_done.is_set():
-        while pending and sa.ingest.latest_t_s >= pending[0][0]:
+        # ask once the stream reaches T (or has ended), as fast as the bounded question queue takes them
+        while pending and (sa.ingest.latest_t_s >= pending[0][0] or sa.ingest_done.is_set()) \
+                and not sa.questions.full():
             t, text = pending.pop(0)
-            open_ids.add(sa.ask(text, t_s=t))
-        if sa.ingest_done.is_set() and pending:  # the stream ended before these times: ask at its end
-            open_ids.update(sa.ask(text) for _, text in pending)
-            pending = []
+            open_ids.add(sa.ask(text, t_s=min(t, sa.ingest.latest_t_s)))
         for out in sa.outputs(timeout_s=0.2):
             if out.kind == "answer":
                 open_ids.discard(out.id)
@@ -169,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ValueError, FileNotFoundError, RuntimeError) as e:
+    except (ValueError, OSError, RuntimeError) as e:
         print(f"streamvid {args.command}: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import time
 
-import numpy as np
-
 from streamvid.adapters.base import VideoLLMAdapter
 from streamvid.config import EngineConfig
 from streamvid.kv_window import Block, KVWindow
@@ -74,7 +72,8 @@ class IngestWorker:
         for old in self.window.append(block):
             if self.memory is not None:
                 self.memory.add(_to_host(old))
-        if self.window.snapshot().next_pos > self.config.rebase_after_pos:
+        snap = self.window.snapshot()
+        if snap.next_pos > self.config.rebase_after_pos and snap.blocks[0].pos_start > snap.sinks.pos_span:
             inv_freq = self.adapter.rope_inv_freq
             self.window.rebase(lambda b, pos: move_block(b, pos, inv_freq))
         self.blocks_encoded += 1
@@ -89,5 +88,4 @@ class IngestWorker:
 def _to_host(block: Block) -> Block:
     if block.keys[0].device.type == "cpu":
         return block
-    return block.replace(keys=tuple(k.cpu() for k in block.keys), values=tuple(v.cpu() for v in block.values),
-                         vector=np.asarray(block.vector))
+    return block.replace(keys=tuple(k.cpu() for k in block.keys), values=tuple(v.cpu() for v in block.values))

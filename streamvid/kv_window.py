@@ -80,13 +80,14 @@ class KVWindow:
             return evicted
 
     def rebase(self, move: Callable[[Block, int], Block]) -> None:
-        """Move all blocks so the oldest starts right after the sinks (keeps positions bounded)."""
+        """Move all blocks so the oldest starts right after the sinks (keeps positions bounded).
+        The keys are re-rotated outside the lock (ingest is the only writer); only the swap is locked."""
+        pos = self._sinks.pos_start + self._sinks.pos_span
+        moved = []
+        for block in self._blocks:
+            moved.append(move(block, pos))
+            pos += block.pos_span
         with self.lock:
-            pos = self._sinks.pos_start + self._sinks.pos_span
-            moved = []
-            for block in self._blocks:
-                moved.append(move(block, pos))
-                pos += block.pos_span
             self._blocks = moved
 
     def snapshot(self) -> WindowSnapshot:
@@ -95,8 +96,6 @@ class KVWindow:
 
     @property
     def tokens(self) -> int:
-        return self._tokens
-
-    def __len__(self) -> int:
-        return len(self._blocks)
+        with self.lock:
+            return self._tokens
 

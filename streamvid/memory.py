@@ -21,7 +21,8 @@ from pathlib import Path
 import faiss
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors import safe_open
+from safetensors.torch import save_file
 
 from streamvid.kv_window import Block
 
@@ -41,12 +42,11 @@ class LongTermMemory:
         self.dim = dim
         self.ram_bytes = int(ram_mb * 2**20)
         self.disk_bytes = int(disk_mb * 2**20)
-        self._tmp = None
-        if disk_dir is None:
-            self._tmp = tempfile.TemporaryDirectory(prefix="streamvid-memory-")
-            disk_dir = self._tmp.name
-        self.disk_dir = Path(disk_dir)
-        self.disk_dir.mkdir(parents=True, exist_ok=True)
+        if disk_dir is not None:
+            Path(disk_dir).mkdir(parents=True, exist_ok=True)
+        # one private folder per session, so sessions sharing `disk_dir` never see each other's files
+        self._tmp = tempfile.TemporaryDirectory(prefix="streamvid-memory-", dir=disk_dir)
+        self.disk_dir = Path(self._tmp.name)
         self._lock = threading.Lock()
         self._index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
         self._ram: dict[int, Block] = {}  # id -> block (insertion order = time order)
@@ -93,7 +93,10 @@ class LongTermMemory:
         if block is None and spilled is None:
             raise KeyError(f"block {block_id} is not in memory (dropped or never stored)")
         if block is None:
-            block = _read_block(spilled[0])
+            try:
+                block = _read_block(spilled[0])
+            except FileNotFoundError:  # dropped under the disk cap since the lookup
+                raise KeyError(f"block {block_id} was dropped from memory") from None
         return block.replace(keys=tuple(k.to(device) for k in block.keys),
                              values=tuple(v.to(device) for v in block.values))
 
@@ -112,11 +115,12 @@ class LongTermMemory:
 
     # -- with _lock held ---------------------------------------------------------------------------------
     def _spill(self, block_id: int) -> None:
-        block = self._ram.pop(block_id)
-        self._ram_used -= block.nbytes
+        block = self._ram[block_id]
         path = self.disk_dir / f"block_{block_id:09d}.safetensors"
-        _write_block(block, path)
+        _write_block(block, path)  # first: if writing fails, the block stays in RAM and nothing is lost
         size = path.stat().st_size
+        del self._ram[block_id]
+        self._ram_used -= block.nbytes
         self._disk[block_id] = (path, size)
         self._disk_used += size
 
@@ -140,11 +144,9 @@ def _write_block(block: Block, path: Path) -> None:
 
 
 def _read_block(path: Path) -> Block:
-    from safetensors import safe_open
-
     with safe_open(str(path), framework="pt") as f:
         meta = json.loads(f.metadata()["block"])
-    tensors = load_file(str(path))
+        tensors = {name: f.get_tensor(name) for name in f.keys()}
     n = meta["n_layers"]
     return Block(id=meta["id"], t_start_s=meta["t_start_s"], t_end_s=meta["t_end_s"],
                  keys=tuple(tensors[f"k{i}"] for i in range(n)), values=tuple(tensors[f"v{i}"] for i in range(n)),

@@ -65,8 +65,7 @@ class ReasoningWorker:
         snap = self.window.snapshot()
         retrieved = self.retrieve(q, snap)
         context = layout(snap.sinks, retrieved, snap.blocks, self.adapter.rope_inv_freq)
-        dialogue = list(self.dialogue) if self.config.dialogue_turns else []
-        prompt = self.adapter.prompt(q.text, dialogue)
+        prompt = self.adapter.prompt(q.text, list(self.dialogue))
         t0 = time.perf_counter()
         ttft = None
         pieces: list[str] = []
@@ -78,7 +77,7 @@ class ReasoningWorker:
                 emit(Output("token", q.id, piece))
         elapsed = time.perf_counter() - t0
         text = "".join(pieces).strip()
-        if self.config.dialogue_turns:
+        if self.config.dialogue_turns:  # (a deque with maxlen None would keep everything)
             self.dialogue.append((q.text, text))
         spans = [(b.t_start_s, b.t_end_s) for b in sorted(retrieved, key=lambda b: b.t_start_s)]
         if snap.span_s is not None:
@@ -119,7 +118,8 @@ class ReasoningWorker:
             ids = [i for t in times for i in self.memory.ids_at(t, pad_s=chunk_s / 2)]
         else:
             ids = [i for i, _ in self.memory.search(self.adapter.question_vector(q.text), k)]
-        unique = list(dict.fromkeys(ids))[:k]
+        in_window = {b.id for b in snap.blocks}  # evicted after the snapshot was taken: already in the context
+        unique = [i for i in dict.fromkeys(ids) if i not in in_window][:k]
         device = snap.sinks.keys[0].device
         blocks = []
         for i in unique:

@@ -38,7 +38,7 @@ def test_spill_to_disk_round_trips_exactly(tmp_path):
         mem.add(b)
     stats = mem.stats()
     assert stats.blocks == 10 and stats.blocks_in_ram == 3 and stats.blocks_on_disk == 7
-    assert len(list(tmp_path.glob("*.safetensors"))) == 7
+    assert len(list(tmp_path.rglob("*.safetensors"))) == 7
     for b in (blocks[0], blocks[9]):  # one spilled, one in RAM
         got = mem.load(b.id)
         assert (got.t_start_s, got.pos_start, got.pos_span) == (b.t_start_s, b.pos_start, b.pos_span)

@@ -66,11 +66,12 @@ class QwenVLAdapter:
         self._vision_start = cfg.vision_start_token_id
         self._vision_end = cfg.vision_end_token_id
         self._video_pad = cfg.video_token_id
+        unk = self.tokenizer.unk_token_id
         self._stop_ids = {i for i in (self.tokenizer.convert_tokens_to_ids("<|im_end|>"),
                                       self.tokenizer.convert_tokens_to_ids("<|endoftext|>"),
-                                      self.tokenizer.eos_token_id) if i is not None and i >= 0}
-        self._yes_ids = self._word_ids(["yes", "Yes", " yes", " Yes"])
-        self._no_ids = self._word_ids(["no", "No", " no", " No"])
+                                      self.tokenizer.eos_token_id) if i is not None and i >= 0 and i != unk}
+        yes, no = self._word_ids(["yes", "Yes", " yes", " Yes"]), self._word_ids(["no", "No", " no", " No"])
+        self._yes_ids, self._no_ids = sorted(yes - no), sorted(no - yes)  # a shared first token says nothing
 
     # ---- text layout ------------------------------------------------------------------------------------
     @property
@@ -107,7 +108,7 @@ class QwenVLAdapter:
             ids, mm_token_type_ids=types, video_grid_thw=grid,
             second_per_grid_ts=torch.tensor([seconds_per_chunk * self.frames_per_chunk_multiple / len(frames)]),
         )
-        span = int(positions[0, 0, -1]) + 1  # the closing <|vision_end|> is text: the next segment follows it
+        span = int(positions.max()) + 1  # the next segment starts after every position this chunk used
         with self.lock, torch.inference_mode(), self._capture("k") as captured:
             cache = self._forward(ids, positions + past.next_pos, past,
                                   pixel_values_videos=video["pixel_values_videos"].to(self.device, self.dtype),
@@ -193,9 +194,8 @@ class QwenVLAdapter:
     def _text_positions(start: int, n: int) -> torch.Tensor:
         return (torch.arange(n) + start).view(1, 1, n).expand(3, 1, n)
 
-    def _word_ids(self, words: list[str]) -> list[int]:
-        ids = {self.tokenizer.encode(w, add_special_tokens=False)[0] for w in words}
-        return sorted(ids)
+    def _word_ids(self, words: list[str]) -> set[int]:
+        return {self.tokenizer.encode(w, add_special_tokens=False)[0] for w in words}
 
 
 def _unit(v: torch.Tensor) -> np.ndarray:

@@ -86,7 +86,8 @@ def build_processor(tokenizer: PreTrainedTokenizerFast, frame_px: int = 112) -> 
     )
 
 
-def tiny_config(tokenizer: PreTrainedTokenizerFast, hidden: int = 128, layers: int = 4) -> Qwen2_5_VLConfig:
+def tiny_config(tokenizer: PreTrainedTokenizerFast, hidden: int = 128, layers: int = 4,
+                frame_px: int = 112) -> Qwen2_5_VLConfig:
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
     heads, kv_heads = 4, 2
     head_dim = hidden // heads
@@ -108,16 +109,16 @@ def tiny_config(tokenizer: PreTrainedTokenizerFast, hidden: int = 128, layers: i
             bos_token_id=None,
         ),
         vision_config=dict(
-            depth=2,
-            hidden_size=96,
-            intermediate_size=192,
-            num_heads=2,
+            depth=3,
+            hidden_size=128,
+            intermediate_size=256,
+            num_heads=4,
             out_hidden_size=hidden,
             patch_size=14,
             spatial_merge_size=2,
             temporal_patch_size=2,
-            window_size=56,
-            fullatt_block_indexes=[1],
+            window_size=frame_px,  # one window covers the whole frame: full attention in every block
+            fullatt_block_indexes=[0, 1, 2],
             tokens_per_second=2,
         ),
         image_token_id=ids["<|image_pad|>"],
@@ -136,7 +137,7 @@ def build_tiny_checkpoint(out_dir: str | Path, seed: int = 0, hidden: int = 128,
     tokenizer = build_tokenizer()
     processor = build_processor(tokenizer, frame_px)
     torch.manual_seed(seed)
-    model = Qwen2_5_VLForConditionalGeneration(tiny_config(tokenizer, hidden, layers))
+    model = Qwen2_5_VLForConditionalGeneration(tiny_config(tokenizer, hidden, layers, frame_px))
     model.save_pretrained(out)
     processor.save_pretrained(out)
     return out

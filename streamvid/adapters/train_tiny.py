@@ -19,6 +19,7 @@ import json
 import logging
 import math
 import re
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -30,10 +31,12 @@ import torch.nn.functional as F
 from streamvid.adapters.qwen2_5_vl import QwenVLAdapter
 from streamvid.adapters.tiny import build_tiny_checkpoint
 from streamvid.synth.questions import sample_qa
-from streamvid.synth.world import COLOURS, SHAPES, Timeline, generate, render
+from streamvid.sources import FileSource
+from streamvid.synth.world import COLOURS, SHAPES, Timeline, generate, write_mp4
 
 log = logging.getLogger(__name__)
 
+REALTIME = ("realtime_colour", "realtime_shape", "realtime_count", "realtime_exists", "probe")
 FAMILY_WEIGHTS = {"realtime_colour": 1.0, "realtime_shape": 1.0, "realtime_count": 1.0, "realtime_exists": 1.0,
                   "probe": 1.0, "backward_colour": 1.5, "backward_shape": 1.5, "backward_at_time": 1.0}
 _WORDS = re.compile(r"[a-z]+")
@@ -45,60 +48,79 @@ class TrainConfig:
     seed: int = 0
     steps: int | None = None  # None: 2,000
     batch: int = 8
-    lr: float = 3e-3
+    lr: float = 2e-3
     window_blocks: int = 8  # the engine's default window (window_tokens / tokens per block)
     top_k: int = 4  # the engine's default memory_top_k
     fps: float = 2.0
     frames_per_chunk: int = 2
     frame_px: int = 112
     minutes: float = 10.0
-    n_timelines: int = 48
+    n_timelines: int = 32
     hidden: int = 128
     layers: int = 4
     contrastive_weight: float = 0.5
-    time_budget_s: float = 40 * 60
+    time_budget_s: float = 45 * 60
     log_every: int = 50
     families: dict = field(default_factory=lambda: dict(FAMILY_WEIGHTS))
 
 
 class _Data:
-    """Samples (chunks, question, answer) from ShapesWorld timelines with frames rendered on demand."""
+    """Samples (chunks, dialogue of questions and answers) from ShapesWorld timelines.
+
+    Frames go through the same path as in the engine: each timeline is written as H.264 and decoded with
+    `FileSource`, so the model learns from what the engine will see (compression included)."""
 
     def __init__(self, cfg: TrainConfig, rng: np.random.Generator):
         self.cfg = cfg
         self.rng = rng
         self.timelines = [generate(cfg.seed * 100_000 + i, cfg.minutes * 60, cfg.fps) for i in range(cfg.n_timelines)]
-        self._frames: dict[tuple[int, int], np.ndarray] = {}
+        with tempfile.TemporaryDirectory(prefix="streamvid-train-") as tmp:
+            self.frames = [self._decode(tl, Path(tmp) / f"{i}.mp4") for i, tl in enumerate(self.timelines)]
         names = list(cfg.families)
         w = np.array([cfg.families[n] for n in names], dtype=float)
         self.families, self.family_p = names, w / w.sum()
 
-    def frame(self, ti: int, k: int) -> np.ndarray:
-        key = (ti, k)
-        if key not in self._frames:
-            self._frames[key] = render(self.timelines[ti], k / self.cfg.fps, self.cfg.frame_px)
-        return self._frames[key]
+    def _decode(self, tl: Timeline, path: Path) -> np.ndarray:
+        write_mp4(tl, path, size=self.cfg.frame_px)
+        source = FileSource(path, fps=self.cfg.fps)
+        frames = np.stack([f.image for f in iter(source.read, None)])  # (n_frames, H, W, 3) uint8
+        source.close()
+        if len(frames) != tl.n_frames:
+            raise RuntimeError(f"decoded {len(frames)} frames of {tl.n_frames} for timeline {tl.seed}")
+        return frames
 
-    def sample(self) -> dict:
+    def frame(self, ti: int, k: int) -> np.ndarray:
+        return self.frames[ti][k]
+
+    def sample(self, window_blocks: int) -> dict:
+        """A context at a random time with 1-3 questions about it; only the last may need memory (retrieval is
+        for the current question), earlier turns are about now, as earlier dialogue turns in the engine."""
         cfg, rng = self.cfg, self.rng
         fpc = cfg.frames_per_chunk
         chunk_s = fpc / cfg.fps
         while True:
             ti = int(rng.integers(len(self.timelines)))
             tl = self.timelines[ti]
-            k_now = int(rng.integers(cfg.window_blocks * fpc + 4, tl.n_frames))
+            k_now = int(rng.integers(window_blocks * fpc + 4, tl.n_frames))
+            t_now = k_now / cfg.fps
             family = self.families[rng.choice(len(self.families), p=self.family_p)]
-            qa = sample_qa(tl, k_now / cfg.fps, rng, cfg.window_blocks * chunk_s, [family])
+            qa = sample_qa(tl, t_now, rng, window_blocks * chunk_s, [family])
             if qa is None:
                 continue
-            first_window = k_now + 1 - cfg.window_blocks * fpc  # first frame of the window
+            first_window = k_now + 1 - window_blocks * fpc  # first frame of the window
             window = [list(range(s, s + fpc)) for s in range(first_window, k_now + 1, fpc)]
             past = [list(range(s, s + fpc)) for s in range(first_window - fpc, -1, -fpc)]  # newest first
             retrieved = self._retrieved(tl, qa, past, chunk_s)
             if retrieved is None:
                 continue
+            earlier = [f for f in REALTIME if f != qa.family]
+            turns = []
+            for f in rng.permutation(earlier)[: int(rng.integers(0, 3))]:
+                if (e := sample_qa(tl, t_now, rng, window_blocks * chunk_s, [str(f)])) is not None:
+                    turns.append((e.text, e.answer))
+            turns.append((qa.text, qa.answer))
             chunks = sorted(retrieved, key=lambda c: c[0]) + window
-            return {"ti": ti, "chunks": chunks, "question": qa.text, "answer": qa.answer, "family": qa.family}
+            return {"ti": ti, "chunks": chunks, "turns": turns, "question": qa.text, "family": qa.family}
 
     def _retrieved(self, tl: Timeline, qa, past: list[list[int]], chunk_s: float) -> list[list[int]] | None:
         cfg, rng = self.cfg, self.rng
@@ -175,10 +197,15 @@ class _Batcher:
                 ids += [a._vision_start] + [a._video_pad] * n + [a._vision_end]
                 pixels.append(video["pixel_values_videos"])
                 grids.append(grid)
-            prompt = tok.encode(a.prompt(s["question"]), add_special_tokens=False)
-            answer = tok.encode(s["answer"], add_special_tokens=False) + [self.end_id]
-            lab = [-100] * (len(ids) + len(prompt)) + answer
-            ids += prompt + answer
+            lab = [-100] * len(ids)
+            # the engine's prompt with earlier turns as dialogue (`adapter.prompt`), answers labelled; special
+            # tokens split the text, so the pieces tokenize exactly as the whole string does
+            for n, (question, answer) in enumerate(s["turns"]):
+                prompt = tok.encode(("\n<|im_start|>user\n" if n else "") + a.prompt(question),
+                                    add_special_tokens=False)
+                answer_ids = tok.encode(answer, add_special_tokens=False) + [self.end_id]
+                lab += [-100] * len(prompt) + answer_ids
+                ids += prompt + answer_ids
             rows.append(ids)
             labels.append(lab)
         length = max(len(r) for r in rows)
@@ -199,7 +226,7 @@ class _Batcher:
             label_t[i, :len(r)] = torch.tensor(lab)
             mask[i, :len(r)] = 1
             pos[:, i, :len(r)] = p[:, 0]
-        questions = [tok.encode(s["question"], add_special_tokens=False) for s in samples]
+        questions = [tok.encode(s["question"], add_special_tokens=False) for s in samples]  # the last turn
         return {"input_ids": input_ids, "labels": label_t, "attention_mask": mask, "position_ids": pos,
                 "pixel_values_videos": torch.cat(pixels), "video_grid_thw": grid_all,
                 "chunk_spans": chunk_spans, "chunk_meta": chunk_meta, "questions": questions, "samples": samples}
@@ -241,7 +268,9 @@ def train(cfg: TrainConfig) -> dict:
     history = []
     step = 0
     for step in range(steps):
-        batch = batcher.build([data.sample() for _ in range(cfg.batch)])
+        # the window length varies by batch (short windows are easier and cheaper; the engine's is the longest)
+        w = cfg.window_blocks if rng.random() < 0.3 else int(rng.integers(2, cfg.window_blocks + 1))
+        batch = batcher.build([data.sample(w) for _ in range(cfg.batch)])
         captured.clear()
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                        position_ids=batch["position_ids"], pixel_values_videos=batch["pixel_values_videos"],

@@ -11,7 +11,7 @@ SCORERS = ("exact", "substring", "mc_first_letter", "number")
 
 def normalise(text: str) -> str:
     """Lower case, punctuation to spaces (commas kept as list separators), number words to digits."""
-    words = re.sub(r"[^a-z0-9,]+", " ", text.lower()).replace(",", " , ").split()
+    words = re.sub(r"(?<!\d)\.|\.(?!\d)|[^a-z0-9,.]+", " ", text.lower()).replace(",", " , ").split()
     return " ".join(_WORD_NUMBERS.get(w, w) for w in words)
 
 

@@ -37,6 +37,18 @@ def load_episodes(path: str | Path) -> list[dict]:
         for key in ("episode_id", "video", "events"):
             if key not in ep:
                 raise ValueError(f"{path}:{n}: missing key {key!r}")
+        if not isinstance(ep["video"], dict) or not isinstance(ep["video"].get("path"), str):
+            raise ValueError(f"{path}:{n}: video.path must be a string")
+        ids = {e.get("id") for e in ep["events"] if isinstance(e, dict)}
+        for e in ep["events"]:
+            need = {"user_query": ("id", "t", "text"), "probe": ("id", "t", "text", "gold"),
+                    "expected_answer": ("ref", "gold", "scorer"), "expected_response": ("ref",)}.get(
+                e.get("kind") if isinstance(e, dict) else None)
+            if need is None:
+                raise ValueError(f"{path}:{n}: event with unknown kind: {str(e)[:80]}")
+            missing = [k for k in need if k not in e]
+            if missing or ("ref" in e and e["ref"] not in ids):
+                raise ValueError(f"{path}:{n}: event {e.get('id', e.get('ref'))!r} lacks {missing or ['a known ref']}")
         video = Path(ep["video"]["path"])
         ep["video"]["path"] = str(video if video.is_absolute() else path.parent / video)
         episodes.append(ep)
@@ -50,8 +62,13 @@ def _work(ep: dict) -> tuple[list[tuple[float, str]], list[tuple[float, str]], l
     probes = [e for e in ep["events"] if e["kind"] == "probe"]
     order = sorted([(e["t"], 0, i, e) for i, e in enumerate(queries)] + [(e["t"], 1, i, e) for i, e in enumerate(probes)],
                    key=lambda x: x[0])
-    return ([(e["t"], e["text"]) for e in queries], [(e["t"], e["text"]) for e in probes],
+    return ([(e["t"], _question_text(e)) for e in queries], [(e["t"], e["text"]) for e in probes],
             [e for *_, e in order], len(proactive))
+
+
+def _question_text(event: dict) -> str:
+    options = event.get("options") or []
+    return "\n".join([event["text"], *options])
 
 
 def run_episodes(episodes: list[dict], config: EngineConfig, trace_path: str | Path) -> None:
@@ -60,6 +77,7 @@ def run_episodes(episodes: list[dict], config: EngineConfig, trace_path: str | P
     from streamvid.sources import FileSource
 
     adapter = load_adapter(config.model, config.device, config.dtype, config.index_layer)
+    config = config.replace(dialogue_turns=0)  # benchmark questions stand alone
     with open(trace_path, "w") as trace:
         for ep in episodes:
             questions, probes, events, _ = _work(ep)
@@ -69,7 +87,7 @@ def run_episodes(episodes: list[dict], config: EngineConfig, trace_path: str | P
             with StreamingAssistant(config, adapter=adapter) as sa:
                 outputs = sa.run_simulated(source, questions, probes)
             for event, out in zip(events, outputs, strict=True):
-                if out.data["question"] != event["text"]:
+                if out.data["question"] not in (event["text"], _question_text(event)):
                     raise RuntimeError(f"trace out of order at {ep['episode_id']}/{event['id']}")
                 trace.write(json.dumps({"episode_id": ep["episode_id"], "event_id": event["id"], **out.to_json()})
                             + "\n")
@@ -88,7 +106,9 @@ def score_trace(episodes: list[dict], trace_path: str | Path) -> dict:
         not_scored += _work(ep)[3]
         for e in ep["events"]:
             if e["kind"] == "expected_answer":
-                q, gold, scorer = events[e["ref"]], e["gold"].get("text") or e["gold"].get("letter"), e["scorer"]
+                scorer = e["scorer"]
+                q = events[e["ref"]]
+                gold = e["gold"]["letter"] if scorer == "mc_first_letter" else e["gold"].get("text", "")
             elif e["kind"] == "probe":
                 q, gold, scorer = e, e["gold"], "exact"
             else:
