@@ -21,6 +21,7 @@ import resource
 import threading
 from collections.abc import Iterator, Sequence
 
+import numpy as np
 import torch
 
 from streamvid.adapters.base import VideoLLMAdapter, load_adapter
@@ -28,6 +29,7 @@ from streamvid.config import EngineConfig
 from streamvid.ingest import IngestWorker
 from streamvid.kv_window import Block, KVWindow
 from streamvid.memory import LongTermMemory
+from streamvid.positions import concat
 from streamvid.reasoning import ReasoningWorker
 from streamvid.types import Output, Question
 
@@ -66,6 +68,7 @@ class StreamingAssistant:
     def start(self, source) -> None:
         if self._threads:
             raise RuntimeError("this assistant is already running; create a new one for another stream")
+        self._warm_up()
         self.ingest.source = source
         self._threads = [
             threading.Thread(target=self._loop, args=(self.ingest.step, self.ingest_done),
@@ -173,6 +176,16 @@ class StreamingAssistant:
         return self.config.device.startswith("cuda")
 
     # ---- internals --------------------------------------------------------------------------------------
+    def _warm_up(self) -> None:
+        """One throw-away chunk and answer token before the clock starts, so a live source does not drop its
+        first seconds while the first forwards pay their one-off costs."""
+        snap = self.window.snapshot()
+        context = concat([snap.sinks], snap.next_pos)
+        black = np.zeros((56, 56, 3), np.uint8)
+        self.adapter.encode_chunk([black] * self.config.frames_per_chunk, context, 1.0)
+        for _ in self.adapter.generate(context, self.adapter.prompt("Hi"), max_new_tokens=1):
+            pass
+
     def _loop(self, step, done: threading.Event | None) -> None:
         try:
             while not self._stop.is_set():

@@ -48,10 +48,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     cfg = EngineConfig(model=args.model, device=args.device, fps=args.fps, window_tokens=args.window_tokens,
                        memory_top_k=args.memory_top_k, max_new_tokens=args.max_new_tokens, frame_px=args.frame_px)
     _check_model(cfg.model)
-    source = open_source(args.video, fps=cfg.fps, realtime=args.realtime, size=cfg.frame_px)
     asks = sorted(args.ask, key=lambda a: a[0])
     t0 = time.perf_counter()
     with StreamingAssistant(cfg) as sa:
+        # opened once the model is loaded: a live source starts its clock when opened
+        source = open_source(args.video, fps=cfg.fps, realtime=args.realtime, size=cfg.frame_px)
         if not source.live:
             for answer in sa.run_simulated(source, asks):
                 _print(answer.to_json())
