@@ -2,7 +2,7 @@
 
     streamvid run VIDEO|URL|cam:N [--model M] [--ask T:QUESTION]... [--fps F] [--realtime]
                   [--window-tokens N] [--memory-top-k K]
-    streamvid score EPISODES.jsonl [--model M] [--out DIR] [--memory-top-k K] [--from-trace TRACE]
+    streamvid score EPISODES.jsonl... [--model M] [--out DIR] [--memory-top-k K] [--from-trace TRACE]
     streamvid synth --seed S --minutes N --out DIR
     streamvid train-tiny --out models/streamvid-tiny
 
@@ -82,15 +82,15 @@ def _run_live(sa, source, asks: list[tuple[float, str]]) -> None:
 
 def cmd_score(args: argparse.Namespace) -> int:
     from streamvid.config import EngineConfig
-    from streamvid.eval.score import load_episodes, score_file, score_trace
+    from streamvid.eval.score import load_all, score_files, score_trace
 
     if args.from_trace:
-        report = score_trace(load_episodes(args.episodes), args.from_trace)
+        report = score_trace(load_all(args.episodes), args.from_trace)
     else:
         cfg = EngineConfig(model=args.model, device=args.device, fps=args.fps, window_tokens=args.window_tokens,
                            memory_top_k=args.memory_top_k, max_new_tokens=args.max_new_tokens)
         _check_model(cfg.model)
-        report = score_file(args.episodes, cfg, args.out)
+        report = score_files(args.episodes, cfg, args.out)
     _print(report)
     return 0
 
@@ -138,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.set_defaults(func=cmd_run)
 
     sc = sub.add_parser("score", help="replay stream episodes through the engine and score the answers")
-    sc.add_argument("episodes", type=Path)
+    sc.add_argument("episodes", type=Path, nargs="+", help="stream-episode JSONL files")
     sc.add_argument("--model", default=str(BUNDLED_MODEL))
     sc.add_argument("--out", type=Path, default=Path("runs/score"))
     sc.add_argument("--from-trace", type=Path, default=None, help="re-score a trace without running the model")

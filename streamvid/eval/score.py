@@ -1,6 +1,6 @@
 """The batch scorer: replay stream episodes through the engine, write a trace, score the trace.
 
-    streamvid score EPISODES.jsonl [--model M] [--out DIR] [--memory-top-k K]
+    streamvid score EPISODES.jsonl... [--model M] [--out DIR] [--memory-top-k K] [--from-trace TRACE]
 
 A run writes `trace.jsonl` (every answer and probe with stream time, TTFT, retrieved blocks) and `report.json`
 (accuracy per task). Metrics are computed from the trace alone, so a trace can be re-scored without the model.
@@ -127,12 +127,20 @@ def score_trace(episodes: list[dict], trace_path: str | Path) -> dict:
             "ttft_ms_median": sorted(ttfts)[len(ttfts) // 2] if ttfts else None}
 
 
-def score_file(episodes_path: str | Path, config: EngineConfig, out_dir: str | Path) -> dict:
-    episodes = load_episodes(episodes_path)
+def load_all(paths: list[str | Path]) -> list[dict]:
+    episodes = [ep for p in paths for ep in load_episodes(p)]
+    ids = [ep["episode_id"] for ep in episodes]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"episode ids repeat across the files: {sorted({i for i in ids if ids.count(i) > 1})}")
+    return episodes
+
+
+def score_files(paths: list[str | Path], config: EngineConfig, out_dir: str | Path) -> dict:
+    episodes = load_all(paths)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     run_episodes(episodes, config, out / "trace.jsonl")
-    report = {"episodes": str(episodes_path), "model": config.model, "memory_top_k": config.memory_top_k,
+    report = {"episodes": [str(p) for p in paths], "model": config.model, "memory_top_k": config.memory_top_k,
               "window_tokens": config.window_tokens, **score_trace(episodes, out / "trace.jsonl")}
     (out / "report.json").write_text(json.dumps(report, indent=1))
     return report
