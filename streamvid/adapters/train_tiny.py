@@ -46,7 +46,7 @@ _WORDS = re.compile(r"[a-z]+")
 class TrainConfig:
     out_dir: Path
     seed: int = 0
-    steps: int | None = None  # None: 2,000
+    steps: int | None = None  # None: 1,800
     batch: int = 8
     lr: float = 2e-3
     window_blocks: int = 8  # the engine's default window (window_tokens / tokens per block)
@@ -59,7 +59,7 @@ class TrainConfig:
     hidden: int = 128
     layers: int = 4
     contrastive_weight: float = 0.5
-    time_budget_s: float = 45 * 60
+    time_budget_s: float = 40 * 60
     log_every: int = 50
     families: dict = field(default_factory=lambda: dict(FAMILY_WEIGHTS))
 
@@ -113,12 +113,12 @@ class _Data:
             retrieved = self._retrieved(tl, qa, past, chunk_s)
             if retrieved is None:
                 continue
-            earlier = [f for f in REALTIME if f != qa.family]
-            turns = []
-            for f in rng.permutation(earlier)[: int(rng.integers(0, 3))]:
+            turns = {}  # earlier questions (distinct) -> answers: more supervision for the same context
+            for f in rng.choice(REALTIME, int(rng.integers(0, 6))):
                 if (e := sample_qa(tl, t_now, rng, window_blocks * chunk_s, [str(f)])) is not None:
-                    turns.append((e.text, e.answer))
-            turns.append((qa.text, qa.answer))
+                    turns.setdefault(e.text, e.answer)
+            turns.pop(qa.text, None)
+            turns = [*turns.items(), (qa.text, qa.answer)]
             chunks = sorted(retrieved, key=lambda c: c[0]) + window
             return {"ti": ti, "chunks": chunks, "turns": turns, "question": qa.text, "family": qa.family}
 
@@ -257,13 +257,18 @@ def train(cfg: TrainConfig) -> dict:
     model.train()
     data = _Data(cfg, rng)
     batcher = _Batcher(adapter, data)
-    steps = cfg.steps or 2000
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / 100) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
+    steps = cfg.steps or 1800
     captured: list[torch.Tensor] = []
     hook = model.model.language_model.layers[0].self_attn.k_proj.register_forward_hook(
         lambda _m, _i, o: captured.append(o))
+    # auxiliary probe on pooled vision features (training only, not saved): which colour-shape pairs each chunk
+    # shows and how many objects; a dense signal that teaches the vision tower to see long before answers do
+    merged: list[torch.Tensor] = []
+    vision_hook = model.model.visual.merger.register_forward_hook(lambda _m, _i, o: merged.append(o))
+    aux_head = torch.nn.Linear(model.config.get_text_config().hidden_size, len(PAIRS) + 4)
+    opt = torch.optim.AdamW([*model.parameters(), *aux_head.parameters()], lr=cfg.lr, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / 100) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
     t0 = time.perf_counter()
     history = []
     step = 0
@@ -272,12 +277,14 @@ def train(cfg: TrainConfig) -> dict:
         w = cfg.window_blocks if rng.random() < 0.3 else int(rng.integers(2, cfg.window_blocks + 1))
         batch = batcher.build([data.sample(w) for _ in range(cfg.batch)])
         captured.clear()
+        merged.clear()
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                        position_ids=batch["position_ids"], pixel_values_videos=batch["pixel_values_videos"],
                        video_grid_thw=batch["video_grid_thw"]).logits
         lm_loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), batch["labels"][:, 1:].reshape(-1))
         c_loss = _contrastive(model, batch, captured[0], data)
-        loss = lm_loss + cfg.contrastive_weight * c_loss
+        v_loss = _vision_aux(aux_head, merged[0], batch, data)
+        loss = lm_loss + cfg.contrastive_weight * c_loss + v_loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -285,20 +292,50 @@ def train(cfg: TrainConfig) -> dict:
         sched.step()
         if step % cfg.log_every == 0 or step == steps - 1:
             rec = {"step": step, "lm_loss": round(lm_loss.item(), 4), "contrastive": round(c_loss.item(), 4),
+                   "vision_aux": round(v_loss.item(), 4),
                    "elapsed_s": round(time.perf_counter() - t0, 1)}
             history.append(rec)
             log.warning("train %s", rec)
         if time.perf_counter() - t0 > cfg.time_budget_s:
             log.warning("time budget of %.0f s reached at step %d", cfg.time_budget_s, step)
             break
+        if step and step % 500 == 0:
+            _save(model, out)
     hook.remove()
+    vision_hook.remove()
     model.eval()
-    model.to(torch.bfloat16)
-    model.save_pretrained(out)
+    _save(model, out)
     record = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
               "steps_done": step + 1, "train_s": round(time.perf_counter() - t0, 1), "history": history}
     (out / "training.json").write_text(json.dumps(record, indent=1))
     return record
+
+
+def _save(model, out: Path) -> None:
+    """Weights in bfloat16 (half the bytes; the adapter loads them as float32 on a CPU)."""
+    model.save_pretrained(out, state_dict={k: v.detach().to(torch.bfloat16) for k, v in model.state_dict().items()})
+
+
+PAIRS = [(c, s) for c in COLOURS for s in SHAPES]
+
+
+def _vision_aux(head: torch.nn.Linear, merged: torch.Tensor, batch: dict, data: _Data) -> torch.Tensor:
+    """BCE on the colour-shape pairs each chunk shows + cross-entropy on its object count, from the mean of the
+    chunk's merged vision tokens."""
+    sizes = (batch["video_grid_thw"].prod(-1) // 4).tolist()
+    pooled = torch.stack([t.mean(0) for t in merged.split(sizes)])
+    logits = head(pooled)
+    present = torch.zeros(len(sizes), len(PAIRS))
+    count = torch.zeros(len(sizes), dtype=torch.long)
+    for i, (ti, frames) in enumerate(batch["chunk_meta"]):
+        tl = data.timelines[ti]
+        for k in frames:
+            objs = tl.objects_at(k / data.cfg.fps)
+            for o in objs:
+                present[i, PAIRS.index((o.colour, o.shape))] = 1.0
+        count[i] = min(len(objs), 3)
+    return (F.binary_cross_entropy_with_logits(logits[:, :len(PAIRS)], present)
+            + F.cross_entropy(logits[:, len(PAIRS):], count))
 
 
 def _contrastive(model, batch: dict, keys: torch.Tensor, data: _Data) -> torch.Tensor:
