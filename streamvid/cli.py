@@ -104,7 +104,7 @@ def cmd_synth(args: argparse.Namespace) -> int:
 
 
 def cmd_train_tiny(args: argparse.Namespace) -> int:
-    from streamvid.train_tiny import TrainConfig, train
+    from streamvid.adapters.train_tiny import TrainConfig, train
 
     train(TrainConfig(out_dir=args.out, seed=args.seed, steps=args.steps))
     return 0
