@@ -54,8 +54,10 @@ The star is which colour? What is the colour of the square? What shape is green?
 What did you see at 02:15? What was the colour of the triangle? Which shape is the orange one?
 """
 
+_ANSWER_WORDS = "yes no nothing red green blue yellow purple orange circle square triangle star hexagon diamond"
 
-def build_tokenizer(vocab_size: int = 400) -> PreTrainedTokenizerFast:
+
+def build_tokenizer(vocab_size: int = 1000) -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -65,7 +67,8 @@ def build_tokenizer(vocab_size: int = 400) -> PreTrainedTokenizerFast:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator([_CORPUS] * 4, trainer=trainer)
+    answers = "\n".join(_ANSWER_WORDS.split())  # answers open the assistant turn: whole words there too
+    tok.train_from_iterator([_CORPUS] * 4 + [answers] * 8, trainer=trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
