@@ -82,14 +82,20 @@ def test_stop_is_bounded_idempotent_and_leaves_no_threads(adapter):
 
 
 class BrokenAdapter:
+    """The real adapter until the first chunk of the stream (the warm-up chunk before it goes through)."""
+
     def __init__(self, real):
         self._real = real
+        self.calls = 0
 
     def __getattr__(self, name):
         return getattr(self._real, name)
 
     def encode_chunk(self, *a, **kw):
-        raise RuntimeError("encoder exploded")
+        self.calls += 1
+        if self.calls > 1:
+            raise RuntimeError("encoder exploded")
+        return self._real.encode_chunk(*a, **kw)
 
 
 def test_worker_exception_surfaces_from_outputs(adapter):
