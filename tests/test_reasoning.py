@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import queue
-import threading
 
 import pytest
 import torch

@@ -27,8 +27,6 @@ SYSTEM_PROMPT = "You are a helpful assistant watching a live video stream. Answe
 class QwenVLAdapter:
     """See `VideoLLMAdapter`. Thread contract: all public methods are safe from any thread."""
 
-    frames_per_chunk_multiple = 2
-
     def __init__(self, model: str, device: str = "cpu", dtype: str = "auto", index_layer: int = 0,
                  trust_remote_code: bool = False):
         hf_logging.disable_progress_bar()

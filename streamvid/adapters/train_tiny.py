@@ -184,7 +184,7 @@ class _Batcher:
 
     def build(self, samples: list[dict]) -> dict:
         a, tok = self.a, self.a.tokenizer
-        rows, labels, positions, pixels, grids, chunk_spans, chunk_meta = [], [], [], [], [], [], []
+        rows, labels, pixels, grids, chunk_spans, chunk_meta = [], [], [], [], [], []
         for si, s in enumerate(samples):
             ids = list(self.sink_ids)
             for frames in s["chunks"]:
