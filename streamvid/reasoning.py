@@ -63,8 +63,10 @@ class ReasoningWorker:
 
     def answer(self, q: Question, emit: Callable[[Output], None] | None = None) -> Output:
         snap = self.window.snapshot()
-        retrieved = self.retrieve(q, snap)
-        context = layout(snap.sinks, retrieved, snap.blocks, self.adapter.rope_inv_freq)
+        retrieved, at_times = self.retrieve(q, snap)
+        # a question about an older moment ("what was on screen at 03:12?") is answered from that moment alone
+        window = [] if at_times and retrieved else snap.blocks
+        context = layout(snap.sinks, retrieved, window, self.adapter.rope_inv_freq)
         prompt = self.adapter.prompt(q.text, list(self.dialogue))
         t0 = time.perf_counter()
         ttft = None
@@ -80,7 +82,7 @@ class ReasoningWorker:
         if self.config.dialogue_turns:  # (a deque with maxlen None would keep everything)
             self.dialogue.append((q.text, text))
         spans = [(b.t_start_s, b.t_end_s) for b in sorted(retrieved, key=lambda b: b.t_start_s)]
-        if snap.span_s is not None:
+        if window and snap.span_s is not None:
             spans.append(snap.span_s)
         decode_s = elapsed - (ttft or 0.0)
         answer = Output("answer", q.id, text, {
@@ -105,12 +107,12 @@ class ReasoningWorker:
         return Output("probe", q.id, "yes" if p_yes >= 0.5 else "no",
                       {"question": q.text, "t_s": round(q.t_s, 3), "p_yes": round(p_yes, 4)})
 
-    def retrieve(self, q: Question, snap: WindowSnapshot) -> list[Block]:
+    def retrieve(self, q: Question, snap: WindowSnapshot) -> tuple[list[Block], bool]:
         """Top-k memory blocks by the model's own vectors; for a question that names an older stream time
-        ("at 03:12", "two minutes ago"), the blocks at that time instead."""
+        ("at 03:12", "two minutes ago"), the blocks at that time instead. Also says which of the two it was."""
         k = self.config.memory_top_k
         if self.memory is None or k == 0 or len(self.memory) == 0:
-            return []
+            return [], False
         window_start = snap.span_s[0] if snap.span_s else float("inf")
         chunk_s = self.config.frames_per_chunk / self.config.fps
         times = [t for t in stream_times(q.text, q.t_s) if t < window_start]
@@ -127,4 +129,4 @@ class ReasoningWorker:
                 blocks.append(self.memory.load(i, device))
             except KeyError:  # dropped by ingest (disk cap) since the search: answer without it
                 continue
-        return blocks
+        return blocks, bool(times)

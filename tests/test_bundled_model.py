@@ -32,8 +32,8 @@ ANSWER_TYPES = {
 
 
 def test_answers_realtime_questions_on_a_demo_clip():
-    """Every realtime question of the first minute gets an answer of its family's kind, and the counts are
-    mostly right (the family this model answers well; see models/streamvid-tiny/README.md for all scores)."""
+    """Every realtime question of the first minute gets an answer of its family's kind; counts and colours, the
+    families this model answers best, are mostly right (models/streamvid-tiny/README.md has all scores)."""
     from streamvid.assistant import StreamingAssistant
     from streamvid.sources import FileSource
 
@@ -48,6 +48,7 @@ def test_answers_realtime_questions_on_a_demo_clip():
                                    [(q["t"], q["text"]) for q, _ in realtime])
     for answer, (q, _) in zip(answers, realtime):
         assert answer.text in ANSWER_TYPES[q["task"]], (q["text"], answer.text)
-    counts = [score(a.text, gold["gold"]["text"], gold["scorer"])
-              for a, (q, gold) in zip(answers, realtime) if q["task"] == "realtime_count"]
-    assert len(counts) >= 3 and sum(counts) >= len(counts) / 2, counts
+    for task, share in (("realtime_count", 0.75), ("realtime_colour", 0.5)):
+        right = [score(a.text, gold["gold"]["text"], gold["scorer"])
+                 for a, (q, gold) in zip(answers, realtime) if q["task"] == task]
+        assert len(right) >= 3 and sum(right) >= share * len(right), (task, right)

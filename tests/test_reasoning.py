@@ -71,12 +71,17 @@ def test_planted_block_is_retrieved_into_the_answer_context(adapter, top_k):
         assert context.n_tokens == snap.sinks.n_tokens + sum(b.n_tokens for b in snap.blocks)
 
 
-def test_question_naming_a_time_retrieves_that_block(adapter):
+def test_question_naming_a_time_is_answered_from_that_moment(adapter):
+    spy = SpyAdapter(adapter)
     cfg = EngineConfig(model="unused", window_tokens=40, memory_top_k=4, max_new_tokens=2)
-    sa = StreamingAssistant(cfg, adapter=adapter)
+    sa = StreamingAssistant(cfg, adapter=spy)
     _fill(sa, 12)
     answer = sa.reasoning.answer(Question("q", "What was on screen at 00:02?", 12.0))
     assert answer.data["retrieved_blocks"] == [1, 2]  # [1, 2) and [2, 3) touch 00:02 +- half a chunk
+    assert answer.data["evidence_t_s"] == [[1.0, 2.0], [2.0, 3.0]]  # the recent window is left out
+    blocks = [sa.memory.load(1), sa.memory.load(2)]
+    assert spy.contexts[-1].n_tokens == sa.window.snapshot().sinks.n_tokens + sum(b.n_tokens for b in blocks)
+    assert all(_contains(spy.contexts[-1], b) for b in blocks)
     answer = sa.reasoning.answer(Question("q", "And 10 seconds ago?", 12.0))
     assert answer.data["retrieved_blocks"] == [1, 2]
 

@@ -1,19 +1,65 @@
-"""`streamvid train-tiny` end to end on a tiny budget: trains, saves, and the engine loads the result."""
+"""`streamvid train-tiny`: dense labels agree with the pixels, samples follow the engine's layout, and a tiny
+budget trains, saves, and gives a checkpoint the engine loads."""
 
 from __future__ import annotations
 
 import json
 
+import numpy as np
+import pytest
+
 from streamvid.adapters.qwen2_5_vl import QwenVLAdapter
-from streamvid.adapters.train_tiny import TrainConfig, train
+from streamvid.adapters.train_tiny import CELL_PX, PAIRS, TrainConfig, _Data, train
 from streamvid.cli import build_parser
+from streamvid.synth.world import COLOURS
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    cfg = TrainConfig(out_dir=tmp_path_factory.mktemp("unused"), n_timelines=1, minutes=1.0)
+    return _Data(cfg, np.random.default_rng(0))
+
+
+def test_cell_labels_match_the_decoded_pixels(data):
+    g = data.cfg.frame_px // CELL_PX
+    labelled = 0
+    for k in range(0, data.timelines[0].n_frames, 5):
+        cells = data.cell_pairs(0, [k])
+        image = data.frame(0, k)[:g * CELL_PX, :g * CELL_PX].astype(int)
+        patches = image.reshape(g, CELL_PX, g, CELL_PX, 3).transpose(0, 2, 1, 3, 4).reshape(g * g, -1, 3)
+        for cell, pairs in zip(patches, cells):
+            for i in np.flatnonzero(pairs):
+                colour = np.array(COLOURS[PAIRS[i][0]])
+                assert (np.abs(cell - colour).sum(1) < 90).mean() > 0.02  # the labelled colour is in the cell
+                labelled += 1
+    assert labelled > 10
+
+
+def test_samples_follow_the_engine_layout(data):
+    fpc = data.cfg.frames_per_chunk
+    for _ in range(20):
+        s = data.sample(4)
+        assert all(c[0] % fpc == 0 and len(c) == fpc for c in s["chunks"])  # chunks on the engine's grid
+        assert [c[0] for c in s["chunks"]] == sorted(c[0] for c in s["chunks"])  # time order
+        assert s["turns"][-1] == (s["question"], s["answer"])
+    cfg = TrainConfig(out_dir=data.cfg.out_dir, n_timelines=1, minutes=1.0, families={"backward_at_time": 1.0})
+    timed = _Data(cfg, np.random.default_rng(1))
+    s = timed.sample(2)
+    # a question naming a time is answered from the blocks at that time alone, as the engine does
+    assert len(s["turns"]) == 1 and len(s["chunks"]) <= cfg.top_k
+    t = int(s["question"][-3:-1]) + 60 * int(s["question"][-6:-4])
+    assert all(abs(c[0] / cfg.fps - t) <= fpc / cfg.fps for c in s["chunks"])
 
 
 def test_train_saves_a_checkpoint_the_engine_loads(tmp_path):
-    record = train(TrainConfig(out_dir=tmp_path / "m", steps=3, batch=2, n_timelines=1, minutes=0.5, log_every=1))
+    record = train(TrainConfig(out_dir=tmp_path / "m", steps=3, batch=2, n_timelines=1, minutes=0.5, log_every=1,
+                               eval_samples=4))
     assert record["steps_done"] == 3
     assert [h["step"] for h in record["history"]] == [0, 1, 2]
-    assert all(h["lm_loss"] > 0 for h in record["history"])
+    assert all(h["lm_loss"] > 0 and h["vision_aux"] > 0 for h in record["history"])
+    assert set(record["history"][-1]["held_out"]) <= {"realtime_colour", "realtime_shape", "realtime_count",
+                                                      "realtime_exists", "probe", "backward_colour",
+                                                      "backward_shape", "backward_at_time"}
     adapter = QwenVLAdapter(str(tmp_path / "m"))
     assert adapter.model.config.model_type == "qwen2_5_vl"
     assert json.loads((tmp_path / "m" / "training.json").read_text())["steps_done"] == 3

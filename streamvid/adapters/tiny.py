@@ -106,7 +106,7 @@ def tiny_config(tokenizer: PreTrainedTokenizerFast, hidden: int = 128, layers: i
             max_position_embeddings=32768,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
                              "mrope_section": [half - 2 * (3 * half // 8), 3 * half // 8, 3 * half // 8]},
-            tie_word_embeddings=True,
+            tie_word_embeddings=False,
             eos_token_id=ids["<|im_end|>"],
             pad_token_id=ids["<|endoftext|>"],
             bos_token_id=None,
@@ -128,7 +128,7 @@ def tiny_config(tokenizer: PreTrainedTokenizerFast, hidden: int = 128, layers: i
         video_token_id=ids["<|video_pad|>"],
         vision_start_token_id=ids["<|vision_start|>"],
         vision_end_token_id=ids["<|vision_end|>"],
-        tie_word_embeddings=True,
+        tie_word_embeddings=False,
     )
 
 
@@ -141,6 +141,9 @@ def build_tiny_checkpoint(out_dir: str | Path, seed: int = 0, hidden: int = 128,
     processor = build_processor(tokenizer, frame_px)
     torch.manual_seed(seed)
     model = Qwen2_5_VLForConditionalGeneration(tiny_config(tokenizer, hidden, layers, frame_px))
+    # unit-scale token embeddings (untied from the output head): text tokens then enter the residual stream at a
+    # scale comparable to the vision tokens instead of ~100x below them
+    torch.nn.init.normal_(model.get_input_embeddings().weight, std=1.0)
     model.save_pretrained(out)
     processor.save_pretrained(out)
     return out

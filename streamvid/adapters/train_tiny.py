@@ -1,16 +1,23 @@
 """`streamvid train-tiny`: train the bundled ShapesWorld model, a small Qwen2.5-VL, from scratch on a CPU.
 
 Every training sample is laid out exactly as the engine lays out an answer context (see `positions.layout`):
-sinks (system prompt), retrieved memory blocks in time order, the recent window of blocks, then the question
-and the answer, each video chunk its own <|vision_start|>...<|vision_end|> group with Qwen's 3-D positions.
-What sits in the "retrieved" slot imitates the engine: for a memory question some of the blocks that show the
-evidence plus older distractors; for a question that names a time, the blocks at that time; for a question about
-now, older blocks that may contradict the present (so the model learns to read "is" from the window).
+sinks (system prompt), retrieved memory blocks in time order, the recent window of blocks, then the questions
+and answers, each video chunk its own <|vision_start|>...<|vision_end|> group with Qwen's 3-D positions, chunks
+on the engine's grid (chunk c holds frames c*fpc ...). What sits in the "retrieved" slot imitates the engine:
+for a memory question some of the blocks that show the evidence plus older distractors; for a question about
+now, older blocks that may contradict the present (so the model learns to read "is" from the window); a question
+that names a time gets the blocks at that time and no window, as the engine answers it.
 
-The engine retrieves with the model's own vectors at decoder layer 0: the mean pre-RoPE key of a block's video
-tokens and the mean pre-RoPE query of the question's tokens (GQA heads averaged). Nothing mixes tokens before
-layer 0's projections, so those vectors are the same here as in the engine. An auxiliary contrastive loss
-pulls a question's vector towards blocks that show what it names (its shape and/or colour).
+Three signals:
+- next-token loss on the answers (several questions per context, earlier ones as dialogue turns);
+- dense vision supervision (`_vision_aux`): per merged vision token, which colours and shapes cover its cell,
+  detected by the input embeddings of the words themselves, so what is seen and the words asking for it share
+  directions; and the object count per chunk;
+- a contrastive loss on the engine's retrieval vectors: at decoder layer 0, the mean pre-RoPE key of a block's
+  video tokens and the mean pre-RoPE query of the question's tokens (GQA heads averaged). Nothing mixes tokens
+  before layer 0's projections, so those vectors are the same here as in the engine.
+
+The first `short_window_frac` of the steps see 1-3 window blocks and no old blocks for questions about now.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from streamvid.adapters.qwen2_5_vl import QwenVLAdapter
 from streamvid.adapters.tiny import build_tiny_checkpoint
 from streamvid.synth.questions import sample_qa
 from streamvid.sources import FileSource
-from streamvid.synth.world import COLOURS, SHAPES, Timeline, generate, write_mp4
+from streamvid.synth.world import COLOURS, SHAPES, Timeline, generate, shape_mask, write_mp4
 
 log = logging.getLogger(__name__)
 
@@ -40,15 +47,19 @@ REALTIME = ("realtime_colour", "realtime_shape", "realtime_count", "realtime_exi
 FAMILY_WEIGHTS = {"realtime_colour": 1.0, "realtime_shape": 1.0, "realtime_count": 1.0, "realtime_exists": 1.0,
                   "probe": 1.0, "backward_colour": 1.5, "backward_shape": 1.5, "backward_at_time": 1.0}
 _WORDS = re.compile(r"[a-z]+")
+N_EVAL_TIMELINES = 2
+PAIRS = [(c, s) for c in COLOURS for s in SHAPES]
+CELL_PX = 28  # pixels on a side of one merged vision token (patch 14, spatial merge 2)
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     out_dir: Path
     seed: int = 0
-    steps: int | None = None  # None: 1,800
+    steps: int | None = None  # None: 2,600
     batch: int = 8
-    lr: float = 2e-3
+    lr: float = 1e-3
+    weight_decay: float = 0.1
     window_blocks: int = 8  # the engine's default window (window_tokens / tokens per block)
     top_k: int = 4  # the engine's default memory_top_k
     fps: float = 2.0
@@ -58,9 +69,13 @@ class TrainConfig:
     n_timelines: int = 32
     hidden: int = 128
     layers: int = 4
-    contrastive_weight: float = 0.5
-    time_budget_s: float = 40 * 60
+    contrastive_weight: float = 1.0
+    short_window_frac: float = 0.3  # the first steps see 1-3 window blocks: fewer distractors while binding is learnt
+    max_turns: int = 8  # questions per context (earlier ones about now, as earlier dialogue turns in the engine)
+    time_budget_s: float = 50 * 60
     log_every: int = 50
+    eval_every: int = 300
+    eval_samples: int = 160
     families: dict = field(default_factory=lambda: dict(FAMILY_WEIGHTS))
 
 
@@ -73,12 +88,17 @@ class _Data:
     def __init__(self, cfg: TrainConfig, rng: np.random.Generator):
         self.cfg = cfg
         self.rng = rng
-        self.timelines = [generate(cfg.seed * 100_000 + i, cfg.minutes * 60, cfg.fps) for i in range(cfg.n_timelines)]
+        seeds = [cfg.seed * 100_000 + i for i in range(cfg.n_timelines)]
+        seeds += [cfg.seed * 100_000 + 50_000 + i for i in range(N_EVAL_TIMELINES)]  # held out: progress checks
+        self.timelines = [generate(s, cfg.minutes * 60, cfg.fps) for s in seeds]
+        self.train_ids = list(range(cfg.n_timelines))
+        self.eval_ids = list(range(cfg.n_timelines, len(seeds)))
         with tempfile.TemporaryDirectory(prefix="streamvid-train-") as tmp:
             self.frames = [self._decode(tl, Path(tmp) / f"{i}.mp4") for i, tl in enumerate(self.timelines)]
         names = list(cfg.families)
         w = np.array([cfg.families[n] for n in names], dtype=float)
         self.families, self.family_p = names, w / w.sum()
+        self._cells: dict[tuple[int, int], np.ndarray] = {}
 
     def _decode(self, tl: Timeline, path: Path) -> np.ndarray:
         write_mp4(tl, path, size=self.cfg.frame_px)
@@ -92,16 +112,38 @@ class _Data:
     def frame(self, ti: int, k: int) -> np.ndarray:
         return self.frames[ti][k]
 
-    def sample(self, window_blocks: int) -> dict:
-        """A context at a random time with 1-3 questions about it; only the last may need memory (retrieval is
-        for the current question), earlier turns are about now, as earlier dialogue turns in the engine."""
+    def cell_pairs(self, ti: int, frames: list[int]) -> np.ndarray:
+        """(cells, len(PAIRS)) bool: which colour-shape pairs cover more than 5% of each merged-token cell on any
+        of the chunk's frames; cells in the row-major order of the merged vision tokens."""
+        return np.logical_or.reduce([self._frame_pairs(ti, k) for k in frames])
+
+    def _frame_pairs(self, ti: int, k: int) -> np.ndarray:
+        if (key := (ti, k)) not in self._cells:
+            px, g = self.cfg.frame_px, self.cfg.frame_px // CELL_PX
+            out = np.zeros((g * g, len(PAIRS)), bool)
+            for o in self.timelines[ti].objects_at(k / self.cfg.fps):
+                cover = shape_mask(o, px)[:g * CELL_PX, :g * CELL_PX].reshape(g, CELL_PX, g, CELL_PX).mean((1, 3))
+                out[:, PAIRS.index((o.colour, o.shape))] = cover.reshape(-1) > 0.05
+            self._cells[key] = out
+        return self._cells[key]
+
+    def sample(self, window_blocks: int, timelines: list[int] | None = None, max_turns: int | None = None,
+               short: bool = False) -> dict:
+        """A context at a random chunk boundary with questions about it; only the last may need memory (retrieval
+        is for the current question), earlier turns are about now, as earlier dialogue turns in the engine.
+
+        A question that names a stream time is answered, as in the engine, from the blocks at that time alone.
+        `short`: the first phase of training, where questions about now see the window alone (no old blocks that
+        show the same shape in another colour), so the model first learns to read what it is asked about."""
         cfg, rng = self.cfg, self.rng
         fpc = cfg.frames_per_chunk
         chunk_s = fpc / cfg.fps
+        max_turns = cfg.max_turns if max_turns is None else max_turns
         while True:
-            ti = int(rng.integers(len(self.timelines)))
+            ti = int(rng.choice(timelines or self.train_ids))
             tl = self.timelines[ti]
-            k_now = int(rng.integers(window_blocks * fpc + 4, tl.n_frames))
+            # the engine's chunks start at frame 0: chunk c holds frames c*fpc .. c*fpc+fpc-1
+            k_now = fpc * int(rng.integers(window_blocks + 2, tl.n_frames // fpc)) - 1
             t_now = k_now / cfg.fps
             family = self.families[rng.choice(len(self.families), p=self.family_p)]
             qa = sample_qa(tl, t_now, rng, window_blocks * chunk_s, [family])
@@ -110,19 +152,32 @@ class _Data:
             first_window = k_now + 1 - window_blocks * fpc  # first frame of the window
             window = [list(range(s, s + fpc)) for s in range(first_window, k_now + 1, fpc)]
             past = [list(range(s, s + fpc)) for s in range(first_window - fpc, -1, -fpc)]  # newest first
-            retrieved = self._retrieved(tl, qa, past, chunk_s)
+            retrieved = self._retrieved(tl, qa, past, chunk_s, now_only_window=short)
             if retrieved is None:
                 continue
             turns = {}  # earlier questions (distinct) -> answers: more supervision for the same context
-            for f in rng.choice(REALTIME, int(rng.integers(0, 6))):
-                if (e := sample_qa(tl, t_now, rng, window_blocks * chunk_s, [str(f)])) is not None:
-                    turns.setdefault(e.text, e.answer)
+            if qa.family == "backward_at_time":
+                window = []
+            elif max_turns > 1:
+                for f in rng.choice(REALTIME, int(rng.integers(0, max_turns))):
+                    if (e := sample_qa(tl, t_now, rng, window_blocks * chunk_s, [str(f)])) is not None:
+                        turns.setdefault(e.text, e.answer)
             turns.pop(qa.text, None)
             turns = [*turns.items(), (qa.text, qa.answer)]
             chunks = sorted(retrieved, key=lambda c: c[0]) + window
-            return {"ti": ti, "chunks": chunks, "turns": turns, "question": qa.text, "family": qa.family}
+            return {"ti": ti, "chunks": chunks, "turns": turns, "question": qa.text, "family": qa.family,
+                    "answer": qa.answer}
 
-    def _retrieved(self, tl: Timeline, qa, past: list[list[int]], chunk_s: float) -> list[list[int]] | None:
+    def eval_set(self, n: int) -> list[dict]:
+        """n single-question samples from the held-out timelines with the engine's window length (fixed seed)."""
+        rng, self.rng = self.rng, np.random.default_rng(12345)
+        try:
+            return [self.sample(self.cfg.window_blocks, self.eval_ids, max_turns=1) for _ in range(n)]
+        finally:
+            self.rng = rng
+
+    def _retrieved(self, tl: Timeline, qa, past: list[list[int]], chunk_s: float,
+                   now_only_window: bool = False) -> list[list[int]] | None:
         cfg, rng = self.cfg, self.rng
         k = cfg.top_k
         if not past:
@@ -142,7 +197,7 @@ class _Data:
             n_ev = int(rng.integers(1, min(k, len(evidence)) + 1))
             chosen = [evidence[i] for i in rng.choice(len(evidence), n_ev, replace=False)]
             n_random = k - n_ev
-        elif rng.random() < 0.15:
+        elif now_only_window or rng.random() < 0.15:
             return []  # memory off or nothing stored yet
         others = [c for c in past if c not in chosen]
         if others and rng.random() < 0.5:  # like the engine, prefer old blocks showing what the question names
@@ -257,25 +312,42 @@ def train(cfg: TrainConfig) -> dict:
     model.train()
     data = _Data(cfg, rng)
     batcher = _Batcher(adapter, data)
-    steps = cfg.steps or 1800
+    eval_set = data.eval_set(cfg.eval_samples)
+    steps = cfg.steps or 2600
     captured: list[torch.Tensor] = []
     hook = model.model.language_model.layers[0].self_attn.k_proj.register_forward_hook(
         lambda _m, _i, o: captured.append(o))
-    # auxiliary probe on pooled vision features (training only, not saved): which colour-shape pairs each chunk
-    # shows and how many objects; a dense signal that teaches the vision tower to see long before answers do
+    # dense vision signals (`_vision_aux`; its bias and count head are for training only and are not saved)
     merged: list[torch.Tensor] = []
     vision_hook = model.model.visual.merger.register_forward_hook(lambda _m, _i, o: merged.append(o))
-    aux_head = torch.nn.Linear(model.config.get_text_config().hidden_size, len(PAIRS) + 4)
-    opt = torch.optim.AdamW([*model.parameters(), *aux_head.parameters()], lr=cfg.lr, weight_decay=0.01)
+    hidden = model.config.get_text_config().hidden_size
+    tok = adapter.tokenizer
+    words = torch.tensor([tok.convert_tokens_to_ids(tok.tokenize(" " + w))[0] for w in [*COLOURS, *SHAPES]])
+    attr_bias = torch.nn.Parameter(torch.full((len(words),), -2.0))
+    count_head = torch.nn.Linear(hidden, 4)
+    aux_params = [attr_bias, *count_head.parameters()]
+    # the vision tower learns from dense signals and takes twice the language model's rate; the language model's
+    # rate stays low and its weights decayed, or its attention saturates onto a few prompt tokens before it finds
+    # what the vision tokens say (a softmax at probability 1 passes no gradient to the keys it ignores)
+    vision = list(model.model.visual.parameters())
+    seen = {id(p) for p in vision}
+    groups = [{"params": [*vision, *aux_params], "lr": 2 * cfg.lr},
+              {"params": [p for p in model.parameters() if id(p) not in seen], "lr": cfg.lr}]
+    opt = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(
         opt, lambda s: min(1.0, (s + 1) / 100) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
     t0 = time.perf_counter()
     history = []
     step = 0
     for step in range(steps):
-        # the window length varies by batch (short windows are easier and cheaper; the engine's is the longest)
-        w = cfg.window_blocks if rng.random() < 0.3 else int(rng.integers(2, cfg.window_blocks + 1))
-        batch = batcher.build([data.sample(w) for _ in range(cfg.batch)])
+        # the window length varies by batch: 1-3 blocks at first (few distractors while the model learns to bind
+        # what it is asked about to what it sees), then up to and mostly at the engine's length
+        short = step < cfg.short_window_frac * steps
+        if short:
+            w = int(rng.integers(1, 4))
+        else:
+            w = cfg.window_blocks if rng.random() < 0.5 else int(rng.integers(2, cfg.window_blocks + 1))
+        batch = batcher.build([data.sample(w, short=short) for _ in range(cfg.batch)])
         captured.clear()
         merged.clear()
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
@@ -283,20 +355,25 @@ def train(cfg: TrainConfig) -> dict:
                        video_grid_thw=batch["video_grid_thw"]).logits
         lm_loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), batch["labels"][:, 1:].reshape(-1))
         c_loss = _contrastive(model, batch, captured[0], data)
-        v_loss = _vision_aux(aux_head, merged[0], batch, data)
+        v_loss = _vision_aux(merged[0], batch, data, model.get_input_embeddings(), words, attr_bias, count_head)
         loss = lm_loss + cfg.contrastive_weight * c_loss + v_loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        if step % cfg.log_every == 0 or step == steps - 1:
+        over_budget = time.perf_counter() - t0 > cfg.time_budget_s
+        last = step == steps - 1 or over_budget
+        if step % cfg.log_every == 0 or last:
             rec = {"step": step, "lm_loss": round(lm_loss.item(), 4), "contrastive": round(c_loss.item(), 4),
                    "vision_aux": round(v_loss.item(), 4),
                    "elapsed_s": round(time.perf_counter() - t0, 1)}
+            if (step and step % cfg.eval_every == 0) or last:
+                rec["held_out"] = _evaluate(model, batcher, eval_set)
+                model.train()
             history.append(rec)
             log.warning("train %s", rec)
-        if time.perf_counter() - t0 > cfg.time_budget_s:
+        if over_budget:
             log.warning("time budget of %.0f s reached at step %d", cfg.time_budget_s, step)
             break
         if step and step % 500 == 0:
@@ -305,10 +382,26 @@ def train(cfg: TrainConfig) -> dict:
     vision_hook.remove()
     model.eval()
     _save(model, out)
-    record = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
+    record = {"config": {k: v for k, v in asdict(cfg).items() if k != "out_dir"},
               "steps_done": step + 1, "train_s": round(time.perf_counter() - t0, 1), "history": history}
     (out / "training.json").write_text(json.dumps(record, indent=1))
     return record
+
+
+@torch.no_grad()
+def _evaluate(model, batcher: _Batcher, samples: list[dict], batch: int = 8) -> dict:
+    """Per-family accuracy on held-out samples: every answer token (and the end of turn) is the argmax."""
+    model.eval()
+    right: dict[str, list[bool]] = {}
+    for i in range(0, len(samples), batch):
+        b = batcher.build(samples[i:i + batch])
+        logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], position_ids=b["position_ids"],
+                       pixel_values_videos=b["pixel_values_videos"], video_grid_thw=b["video_grid_thw"]).logits
+        labels = b["labels"][:, 1:]
+        ok = (logits[:, :-1].argmax(-1) == labels) | (labels == -100)
+        for s, row in zip(b["samples"], ok.all(-1).tolist()):
+            right.setdefault(s["family"], []).append(row)
+    return {f: round(sum(v) / len(v), 3) for f, v in sorted(right.items())}
 
 
 def _save(model, out: Path) -> None:
@@ -316,26 +409,25 @@ def _save(model, out: Path) -> None:
     model.save_pretrained(out, state_dict={k: v.detach().to(torch.bfloat16) for k, v in model.state_dict().items()})
 
 
-PAIRS = [(c, s) for c in COLOURS for s in SHAPES]
 
+def _vision_aux(merged: torch.Tensor, batch: dict, data: _Data, embed: torch.nn.Embedding, words: torch.Tensor,
+                bias: torch.Tensor, count_head: torch.nn.Linear) -> torch.Tensor:
+    """Dense supervision of the vision tower from exact masks.
 
-def _vision_aux(head: torch.nn.Linear, merged: torch.Tensor, batch: dict, data: _Data) -> torch.Tensor:
-    """BCE on the colour-shape pairs each chunk shows + cross-entropy on its object count, from the mean of the
-    chunk's merged vision tokens."""
+    Per merged vision token, BCE on which colours and which shapes cover its cell, with the input embeddings of
+    the words themselves (" red", " circle", ...) as the detectors: a token showing a red circle points along the
+    embeddings of " red" and " circle", so the words of a question match what was seen by plain attention (and by
+    the layer-0 retrieval vectors) from the first steps on. Per chunk, cross-entropy on the number of objects
+    (0-3) from the mean of its tokens."""
+    cells = torch.from_numpy(np.concatenate([data.cell_pairs(ti, frames) for ti, frames in batch["chunk_meta"]]))
+    pairs = cells.view(-1, len(COLOURS), len(SHAPES)).float()
+    attributes = torch.cat([pairs.amax(2), pairs.amax(1)], 1)  # (tokens, colours + shapes)
+    logits = merged @ embed.weight[words].T / math.sqrt(merged.shape[-1]) + bias
     sizes = (batch["video_grid_thw"].prod(-1) // 4).tolist()
+    count = torch.tensor([min(len(data.timelines[ti].objects_at(frames[-1] / data.cfg.fps)), 3)
+                          for ti, frames in batch["chunk_meta"]])
     pooled = torch.stack([t.mean(0) for t in merged.split(sizes)])
-    logits = head(pooled)
-    present = torch.zeros(len(sizes), len(PAIRS))
-    count = torch.zeros(len(sizes), dtype=torch.long)
-    for i, (ti, frames) in enumerate(batch["chunk_meta"]):
-        tl = data.timelines[ti]
-        for k in frames:
-            objs = tl.objects_at(k / data.cfg.fps)
-            for o in objs:
-                present[i, PAIRS.index((o.colour, o.shape))] = 1.0
-        count[i] = min(len(objs), 3)
-    return (F.binary_cross_entropy_with_logits(logits[:, :len(PAIRS)], present)
-            + F.cross_entropy(logits[:, len(PAIRS):], count))
+    return F.binary_cross_entropy_with_logits(logits, attributes) + F.cross_entropy(count_head(pooled), count)
 
 
 def _contrastive(model, batch: dict, keys: torch.Tensor, data: _Data) -> torch.Tensor:
