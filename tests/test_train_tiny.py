@@ -11,6 +11,7 @@ import pytest
 from streamvid.adapters.qwen2_5_vl import QwenVLAdapter
 from streamvid.adapters.train_tiny import CELL_PX, PAIRS, TrainConfig, _Data, train
 from streamvid.cli import build_parser
+from streamvid.reasoning import stream_times
 from streamvid.synth.world import COLOURS
 
 
@@ -47,7 +48,7 @@ def test_samples_follow_the_engine_layout(data):
     s = timed.sample(2)
     # a question naming a time is answered from the blocks at that time alone, as the engine does
     assert len(s["turns"]) == 1 and len(s["chunks"]) <= cfg.top_k
-    t = int(s["question"][-3:-1]) + 60 * int(s["question"][-6:-4])
+    (t,) = stream_times(s["question"], now_s=timed.timelines[0].duration_s)
     assert all(abs(c[0] / cfg.fps - t) <= fpc / cfg.fps for c in s["chunks"])
 
 

@@ -350,9 +350,7 @@ def train(cfg: TrainConfig) -> dict:
         batch = batcher.build([data.sample(w, short=short) for _ in range(cfg.batch)])
         captured.clear()
         merged.clear()
-        logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-                       position_ids=batch["position_ids"], pixel_values_videos=batch["pixel_values_videos"],
-                       video_grid_thw=batch["video_grid_thw"]).logits
+        logits = _logits(model, batch)
         lm_loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), batch["labels"][:, 1:].reshape(-1))
         c_loss = _contrastive(model, batch, captured[0], data)
         v_loss = _vision_aux(merged[0], batch, data, model.get_input_embeddings(), words, attr_bias, count_head)
@@ -388,6 +386,12 @@ def train(cfg: TrainConfig) -> dict:
     return record
 
 
+def _logits(model, batch: dict) -> torch.Tensor:
+    """The model's logits over a batch from `_Batcher.build`."""
+    keys = ("input_ids", "attention_mask", "position_ids", "pixel_values_videos", "video_grid_thw")
+    return model(**{k: batch[k] for k in keys}).logits
+
+
 @torch.no_grad()
 def _evaluate(model, batcher: _Batcher, samples: list[dict], batch: int = 8) -> dict:
     """Per-family accuracy on held-out samples: every answer token (and the end of turn) is the argmax."""
@@ -395,8 +399,7 @@ def _evaluate(model, batcher: _Batcher, samples: list[dict], batch: int = 8) -> 
     right: dict[str, list[bool]] = {}
     for i in range(0, len(samples), batch):
         b = batcher.build(samples[i:i + batch])
-        logits = model(input_ids=b["input_ids"], attention_mask=b["attention_mask"], position_ids=b["position_ids"],
-                       pixel_values_videos=b["pixel_values_videos"], video_grid_thw=b["video_grid_thw"]).logits
+        logits = _logits(model, b)
         labels = b["labels"][:, 1:]
         ok = (logits[:, :-1].argmax(-1) == labels) | (labels == -100)
         for s, row in zip(b["samples"], ok.all(-1).tolist()):
