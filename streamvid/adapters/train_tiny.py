@@ -128,14 +128,14 @@ class _Data:
         return self._cells[key]
 
     def sample(self, window_blocks: int, timelines: list[int] | None = None, max_turns: int | None = None,
-               short: bool = False) -> dict:
+               short: bool = False, rng: np.random.Generator | None = None) -> dict:
         """A context at a random chunk boundary with questions about it; only the last may need memory (retrieval
         is for the current question), earlier turns are about now, as earlier dialogue turns in the engine.
 
         A question that names a stream time is answered, as in the engine, from the blocks at that time alone.
         `short`: the first phase of training, where questions about now see the window alone (no old blocks that
         show the same shape in another colour), so the model first learns to read what it is asked about."""
-        cfg, rng = self.cfg, self.rng
+        cfg, rng = self.cfg, rng or self.rng
         fpc = cfg.frames_per_chunk
         chunk_s = fpc / cfg.fps
         max_turns = cfg.max_turns if max_turns is None else max_turns
@@ -152,7 +152,7 @@ class _Data:
             first_window = k_now + 1 - window_blocks * fpc  # first frame of the window
             window = [list(range(s, s + fpc)) for s in range(first_window, k_now + 1, fpc)]
             past = [list(range(s, s + fpc)) for s in range(first_window - fpc, -1, -fpc)]  # newest first
-            retrieved = self._retrieved(tl, qa, past, chunk_s, now_only_window=short)
+            retrieved = self._retrieved(tl, qa, past, chunk_s, rng, now_only_window=short)
             if retrieved is None:
                 continue
             turns = {}  # earlier questions (distinct) -> answers: more supervision for the same context
@@ -170,15 +170,12 @@ class _Data:
 
     def eval_set(self, n: int) -> list[dict]:
         """n single-question samples from the held-out timelines with the engine's window length (fixed seed)."""
-        rng, self.rng = self.rng, np.random.default_rng(12345)
-        try:
-            return [self.sample(self.cfg.window_blocks, self.eval_ids, max_turns=1) for _ in range(n)]
-        finally:
-            self.rng = rng
+        rng = np.random.default_rng(12345)
+        return [self.sample(self.cfg.window_blocks, self.eval_ids, max_turns=1, rng=rng) for _ in range(n)]
 
-    def _retrieved(self, tl: Timeline, qa, past: list[list[int]], chunk_s: float,
+    def _retrieved(self, tl: Timeline, qa, past: list[list[int]], chunk_s: float, rng: np.random.Generator,
                    now_only_window: bool = False) -> list[list[int]] | None:
-        cfg, rng = self.cfg, self.rng
+        cfg = self.cfg
         k = cfg.top_k
         if not past:
             return []
