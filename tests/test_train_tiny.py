@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from streamvid.adapters.qwen2_5_vl import QwenVLAdapter
-from streamvid.adapters.train_tiny import CELL_PX, PAIRS, TrainConfig, _Data, train
+from streamvid.adapters.train_tiny import CELL_PX, TrainConfig, _Data, train
 from streamvid.cli import build_parser
 from streamvid.reasoning import stream_times
 from streamvid.synth.world import COLOURS
@@ -25,12 +25,12 @@ def test_cell_labels_match_the_decoded_pixels(data):
     g = data.cfg.frame_px // CELL_PX
     labelled = 0
     for k in range(0, data.timelines[0].n_frames, 5):
-        cells = data.cell_pairs(0, [k])
+        cells = data.cell_attributes(0, [k])
         image = data.frame(0, k)[:g * CELL_PX, :g * CELL_PX].astype(int)
         patches = image.reshape(g, CELL_PX, g, CELL_PX, 3).transpose(0, 2, 1, 3, 4).reshape(g * g, -1, 3)
-        for cell, pairs in zip(patches, cells):
-            for i in np.flatnonzero(pairs):
-                colour = np.array(COLOURS[PAIRS[i][0]])
+        for cell, attributes in zip(patches, cells):
+            for i in np.flatnonzero(attributes[:len(COLOURS)]):
+                colour = np.array(list(COLOURS.values())[i])
                 assert (np.abs(cell - colour).sum(1) < 90).mean() > 0.02  # the labelled colour is in the cell
                 labelled += 1
     assert labelled > 10

@@ -48,7 +48,6 @@ FAMILY_WEIGHTS = {"realtime_colour": 1.0, "realtime_shape": 1.0, "realtime_count
                   "probe": 1.0, "backward_colour": 1.5, "backward_shape": 1.5, "backward_at_time": 1.0}
 _WORDS = re.compile(r"[a-z]+")
 N_EVAL_TIMELINES = 2
-PAIRS = [(c, s) for c in COLOURS for s in SHAPES]
 CELL_PX = 28  # pixels on a side of one merged vision token (patch 14, spatial merge 2)
 
 
@@ -112,18 +111,20 @@ class _Data:
     def frame(self, ti: int, k: int) -> np.ndarray:
         return self.frames[ti][k]
 
-    def cell_pairs(self, ti: int, frames: list[int]) -> np.ndarray:
-        """(cells, len(PAIRS)) bool: which colour-shape pairs cover more than 5% of each merged-token cell on any
-        of the chunk's frames; cells in the row-major order of the merged vision tokens."""
-        return np.logical_or.reduce([self._frame_pairs(ti, k) for k in frames])
+    def cell_attributes(self, ti: int, frames: list[int]) -> np.ndarray:
+        """(cells, colours + shapes) bool: which colours and shapes cover more than 5% of each merged-token cell on
+        any of the chunk's frames; cells in the row-major order of the merged vision tokens."""
+        return np.logical_or.reduce([self._frame_attributes(ti, k) for k in frames])
 
-    def _frame_pairs(self, ti: int, k: int) -> np.ndarray:
+    def _frame_attributes(self, ti: int, k: int) -> np.ndarray:
         if (key := (ti, k)) not in self._cells:
             px, g = self.cfg.frame_px, self.cfg.frame_px // CELL_PX
-            out = np.zeros((g * g, len(PAIRS)), bool)
+            out = np.zeros((g * g, len(COLOURS) + len(SHAPES)), bool)
             for o in self.timelines[ti].objects_at(k / self.cfg.fps):
                 cover = shape_mask(o, px)[:g * CELL_PX, :g * CELL_PX].reshape(g, CELL_PX, g, CELL_PX).mean((1, 3))
-                out[:, PAIRS.index((o.colour, o.shape))] = cover.reshape(-1) > 0.05
+                covered = cover.reshape(-1) > 0.05
+                out[covered, list(COLOURS).index(o.colour)] = True
+                out[covered, len(COLOURS) + SHAPES.index(o.shape)] = True
             self._cells[key] = out
         return self._cells[key]
 
@@ -409,7 +410,6 @@ def _save(model, out: Path) -> None:
     model.save_pretrained(out, state_dict={k: v.detach().to(torch.bfloat16) for k, v in model.state_dict().items()})
 
 
-
 def _vision_aux(merged: torch.Tensor, batch: dict, data: _Data, embed: torch.nn.Embedding, words: torch.Tensor,
                 bias: torch.Tensor, count_head: torch.nn.Linear) -> torch.Tensor:
     """Dense supervision of the vision tower from exact masks.
@@ -419,11 +419,10 @@ def _vision_aux(merged: torch.Tensor, batch: dict, data: _Data, embed: torch.nn.
     embeddings of " red" and " circle", so the words of a question match what was seen by plain attention (and by
     the layer-0 retrieval vectors) from the first steps on. Per chunk, cross-entropy on the number of objects
     (0-3) from the mean of its tokens."""
-    cells = torch.from_numpy(np.concatenate([data.cell_pairs(ti, frames) for ti, frames in batch["chunk_meta"]]))
-    pairs = cells.view(-1, len(COLOURS), len(SHAPES)).float()
-    attributes = torch.cat([pairs.amax(2), pairs.amax(1)], 1)  # (tokens, colours + shapes)
+    cells = [data.cell_attributes(ti, frames) for ti, frames in batch["chunk_meta"]]
+    attributes = torch.from_numpy(np.concatenate(cells)).float()  # (tokens, colours + shapes)
     logits = merged @ embed.weight[words].T / math.sqrt(merged.shape[-1]) + bias
-    sizes = (batch["video_grid_thw"].prod(-1) // 4).tolist()
+    sizes = [len(c) for c in cells]
     count = torch.tensor([min(len(data.timelines[ti].objects_at(frames[-1] / data.cfg.fps)), 3)
                           for ti, frames in batch["chunk_meta"]])
     pooled = torch.stack([t.mean(0) for t in merged.split(sizes)])
