@@ -3,11 +3,13 @@
     with StreamingAssistant(EngineConfig(model=...)) as sa:
         sa.start(open_source("clip.mp4", fps=2.0, realtime=True))
         qid = sa.ask("What colour is the circle?")
+        tid = sa.watch("a blue star")                      # a standing trigger: an "alert" when it holds
         for out in sa.outputs(timeout_s=5.0):
             print(out.to_json())
 
-Thread contract: `start`, `ask`, `outputs`, `stats` and `stop` are for the caller's thread(s). `ask` only puts
-on the bounded questions queue; answers and tokens come back on the outputs queue. A worker's exception stops
+Thread contract: `start`, `ask`, `watch`, `unwatch`, `triggers`, `outputs`, `stats` and `stop` are for the
+caller's thread(s). `ask` only puts on the bounded questions queue and `watch`/`unwatch` only change the trigger
+set (see reasoning.TriggerSet); answers, tokens, alerts and narration come back on the outputs queue. A worker's exception stops
 the session and is re-raised by `outputs()` (and `stop()`). `run_simulated` runs both workers' logic on the
 caller's thread, in stream order, for reproducible replays; it must not be mixed with `start`.
 """
@@ -26,11 +28,13 @@ import torch
 
 from streamvid.adapters.base import VideoLLMAdapter, load_adapter
 from streamvid.config import EngineConfig
+from streamvid.future import parse_request, probe_for
 from streamvid.ingest import IngestWorker
 from streamvid.kv_window import Block, KVWindow
 from streamvid.memory import LongTermMemory
 from streamvid.positions import concat
-from streamvid.reasoning import ReasoningWorker
+from streamvid.proactive import FiringRule, Thresholds
+from streamvid.reasoning import ReasoningWorker, Trigger
 from streamvid.types import Output, Question
 
 log = logging.getLogger(__name__)
@@ -58,9 +62,11 @@ class StreamingAssistant:
         self._error: BaseException | None = None
         self._error_reported = False
         self._ids = itertools.count()
+        self._watch_ids = itertools.count()
         self.ingest = IngestWorker(config, self.adapter, self.window, self.memory)
         self.reasoning = ReasoningWorker(config, self.adapter, self.window, self.memory, self.questions,
                                          self._outputs, self._stop)
+        self.ingest.on_block = self.reasoning.wake.set
         self.ingest_done = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -90,7 +96,28 @@ class StreamingAssistant:
             self.questions.put_nowait(Question(qid, text, self.ingest.latest_t_s if t_s is None else t_s))
         except queue.Full:
             raise BusyError(f"busy: {self.questions.maxsize} questions are waiting; ask again shortly") from None
+        self.reasoning.wake.set()
         return qid
+
+    def watch(self, condition: str, **thresholds) -> str:
+        """Start a standing trigger; returns its id ("w0", "w1", ...).
+
+        `condition` is a phrase ("a blue star", "a blue star appears", "the circle turns red"), a yes/no
+        question ("Is there a blue star?") or a request ("Tell me when a blue star appears"); it becomes one
+        yes/no probe about the current moment (see future.probe_for), asked on each new chunk. An {"type":
+        "alert"} output comes each time it fires. `thresholds` override the firing rule's defaults: fire, reset,
+        k, cooldown_s (proactive.Thresholds)."""
+        self._raise_error()
+        return self._watch(condition, self.ingest.latest_t_s, thresholds)
+
+    def unwatch(self, trigger_id: str) -> bool:
+        """Stop a trigger (one from `watch`, or one made from a "tell me when" question); False if none is active
+        under that id."""
+        return self.reasoning.triggers.remove(trigger_id)
+
+    def triggers(self) -> list[dict]:
+        """The active triggers: id, condition, probe, thresholds, last score, armed, alerts so far."""
+        return [tr.describe() for tr in self.reasoning.triggers.active()]
 
     def outputs(self, timeout_s: float = 1.0) -> Iterator[Output]:
         """Yield outputs as they arrive; return once none arrived for `timeout_s`. Re-raises a worker error."""
@@ -106,6 +133,7 @@ class StreamingAssistant:
         """Stop both workers (bounded join), close the source and memory, and re-raise a worker error that
         `outputs()` has not reported yet. Safe to call twice."""
         self._stop.set()
+        self.reasoning.wake.set()
         for t in self._threads:
             t.join(timeout=self.config.join_timeout_s)
         alive = [t.name for t in self._threads if t.is_alive()]
@@ -127,28 +155,51 @@ class StreamingAssistant:
 
     # ---- replay -----------------------------------------------------------------------------------------
     def run_simulated(self, source, questions_at: Sequence[tuple[float, str]],
-                      probes_at: Sequence[tuple[float, str]] = ()) -> list[Output]:
+                      probes_at: Sequence[tuple[float, str]] = (),
+                      watches_at: Sequence[tuple[float, str]] = ()) -> list[Output]:
         """Ingest every frame of `source` in order on this thread; answer each question (and yes/no probe) at its
-        stream time T from exactly the frames with t <= T (a partial chunk is flushed first).
-        Returns the answers and probe results in stream-time order."""
+        stream time T from exactly the frames with t <= T (a partial chunk is flushed first); start each watch at
+        its T. After every new chunk the triggers are probed and narration decides, as the reasoning thread would
+        with no question waiting, so alerts and remarks are reproducible. A "tell me when" question gets its
+        acknowledgement at T and its alert when the event is seen.
+        Returns answers, probe results, alerts and remarks in stream-time order (no token pieces)."""
         pending = sorted([(t, text, "answer") for t, text in questions_at] +
-                         [(t, text, "probe") for t, text in probes_at], key=lambda q: q[0])
-        results = []
+                         [(t, text, "probe") for t, text in probes_at] +
+                         [(t, text, "watch") for t, text in watches_at], key=lambda q: q[0])
+        results: list[Output] = []
         self.ingest.source = source
+
+        def emit(out: Output) -> None:
+            if out.kind != "token":
+                results.append(out)
 
         def handle_next() -> None:
             t, text, kind = pending.pop(0)
+            if kind == "watch":  # starts with the next decided chunk; the chunking is left as it is
+                self._watch(text, t, {})
+                return
             self.ingest.flush()
             q = Question(f"q{next(self._ids)}", text, t)
-            results.append(self.reasoning.answer(q) if kind == "answer" else self.reasoning.probe(q))
+            if kind == "answer":
+                self.reasoning.handle(q, emit)
+            else:
+                results.append(self.reasoning.probe(q))
+
+        def decide() -> None:
+            while self.reasoning.decide(emit):
+                pass
 
         while (frame := source.read()) is not None:
             while pending and pending[0][0] < frame.t_s:
                 handle_next()
+                decide()
             self.ingest.push(frame)
+            decide()
         self.ingest.flush()
+        decide()
         while pending:
             handle_next()
+            decide()
         return results
 
     def stats(self) -> dict:
@@ -167,6 +218,7 @@ class StreamingAssistant:
             "memory_disk_mb": round(mem.disk_mb, 3) if mem else 0.0,
             "memory_dropped": mem.dropped if mem else 0,
             "questions_answered": self.reasoning.answered,
+            **self.reasoning.stats(),
             "peak_memory_mb": round(peak, 1),
             "peak_memory_kind": "cuda" if self.adapter_device_is_cuda else "host_rss",
         }
@@ -176,6 +228,16 @@ class StreamingAssistant:
         return self.config.device.startswith("cuda")
 
     # ---- internals --------------------------------------------------------------------------------------
+    def _watch(self, condition: str, t_s: float, thresholds: dict) -> str:
+        probe = probe_for(condition)  # raises ValueError for an empty condition
+        request = parse_request(condition)
+        rule = FiringRule(Thresholds.of(**thresholds))
+        trigger_id = f"w{next(self._watch_ids)}"
+        phrase = request.condition if request is not None else " ".join(condition.split()).rstrip(".!")
+        self.reasoning.triggers.add(Trigger(trigger_id, phrase, probe, rule, once=False, created_t_s=t_s))
+        self.reasoning.wake.set()
+        return trigger_id
+
     def _warm_up(self) -> None:
         """One throw-away chunk and answer token before the clock starts, so a live source does not drop its
         first seconds while the first forwards pay their one-off costs."""

@@ -1,14 +1,17 @@
 """Command line.
 
-    streamvid run VIDEO|URL|cam:N [--model M] [--ask T:QUESTION]... [--fps F] [--realtime]
-                  [--window-tokens N] [--memory-top-k K]
+    streamvid run VIDEO|URL|cam:N [--model M] [--ask T:QUESTION]... [--watch T:CONDITION]... [--narrate]
+                  [--fps F] [--realtime] [--window-tokens N] [--memory-top-k K]
     streamvid score EPISODES.jsonl... [--model M] [--out DIR] [--memory-top-k K] [--from-trace TRACE]
     streamvid synth --seed S --minutes N --out DIR
     streamvid train-tiny --out models/streamvid-tiny
 
-`run` prints one JSON object per line on stdout ({"type": "answer", ...} per question, then {"type": "stats"}).
-On a file without --realtime every frame is ingested as fast as possible and a question at T is answered from
-exactly the frames up to T. Errors go to stderr as one line, with a non-zero exit code.
+`run` prints one JSON object per line on stdout, in stream-time order: {"type": "answer", ...} per question (for
+"Tell me when ..." an acknowledgement at T), {"type": "alert", "trigger_id", "condition", "t_s", "score",
+"evidence_t_s", "text"} when a trigger fires, {"type": "say", "t_s", "text"} with --narrate, then
+{"type": "stats"}. On a file without --realtime every frame is ingested as fast as possible, a question at T is
+answered from exactly the frames up to T, and triggers are probed after every chunk: the output is reproducible.
+Errors go to stderr as one line, with a non-zero exit code.
 """
 
 from __future__ import annotations
@@ -36,6 +39,13 @@ def _ask(spec: str) -> tuple[float, str]:
     return t_s, text.strip()
 
 
+def _watch(spec: str) -> tuple[float, str]:
+    try:
+        return _ask(spec)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected T:CONDITION with T in seconds >= 0, got {spec!r}") from None
+
+
 def _print(obj: dict) -> None:
     print(json.dumps(obj), flush=True)
 
@@ -46,29 +56,34 @@ def cmd_run(args: argparse.Namespace) -> int:
     from streamvid.sources import open_source
 
     cfg = EngineConfig(model=args.model, device=args.device, fps=args.fps, window_tokens=args.window_tokens,
-                       memory_top_k=args.memory_top_k, max_new_tokens=args.max_new_tokens, frame_px=args.frame_px)
+                       memory_top_k=args.memory_top_k, max_new_tokens=args.max_new_tokens, frame_px=args.frame_px,
+                       narrate=args.narrate)
     _check_model(cfg.model)
     asks = sorted(args.ask, key=lambda a: a[0])
+    watches = sorted(args.watch, key=lambda a: a[0])
     t0 = time.perf_counter()
     with StreamingAssistant(cfg) as sa:
         # opened once the model is loaded: a live source starts its clock when opened
         source = open_source(args.video, fps=cfg.fps, realtime=args.realtime, size=cfg.frame_px)
         if not source.live:
-            for answer in sa.run_simulated(source, asks):
-                _print(answer.to_json())
+            for out in sa.run_simulated(source, asks, watches_at=watches):
+                _print(out.to_json())
         else:
-            _run_live(sa, source, asks)
+            _run_live(sa, source, asks, watches)
         _print({"type": "stats", **sa.stats(), "wall_s": round(time.perf_counter() - t0, 2)})
     return 0
 
 
-def _run_live(sa, source, asks: list[tuple[float, str]]) -> None:
-    """Threads on; each question is asked once the stream reaches its time; answers print as they finish.
-    A live stream runs until it ends or is interrupted."""
+def _run_live(sa, source, asks: list[tuple[float, str]], watches: list[tuple[float, str]] = ()) -> None:
+    """Threads on; each question is asked (each watch started) once the stream reaches its time; answers, alerts
+    and remarks print as they come. A live stream runs until it ends or is interrupted."""
     sa.start(source)
     pending = list(asks)
+    pending_watches = list(watches)
     open_ids: set[str] = set()
-    while pending or open_ids or not sa.ingest_done.is_set():
+    while pending or pending_watches or open_ids or not sa.ingest_done.is_set():
+        while pending_watches and (sa.ingest.latest_t_s >= pending_watches[0][0] or sa.ingest_done.is_set()):
+            sa.watch(pending_watches.pop(0)[1])
         # ask once the stream reaches T (or has ended), as fast as the bounded question queue takes them
         while pending and (sa.ingest.latest_t_s >= pending[0][0] or sa.ingest_done.is_set()) \
                 and not sa.questions.full():
@@ -77,6 +92,7 @@ def _run_live(sa, source, asks: list[tuple[float, str]]) -> None:
         for out in sa.outputs(timeout_s=0.2):
             if out.kind == "answer":
                 open_ids.discard(out.id)
+            if out.kind in ("answer", "alert", "say"):
                 _print(out.to_json())
 
 
@@ -127,7 +143,11 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="watch a video file, URL or camera and answer questions (JSON lines)")
     r.add_argument("video", help="video file, URL (rtsp/http) or cam:N")
     r.add_argument("--model", default=str(BUNDLED_MODEL), help="HF checkpoint directory or id (default: bundled)")
-    r.add_argument("--ask", action="append", type=_ask, default=[], metavar="T:QUESTION")
+    r.add_argument("--ask", action="append", type=_ask, default=[], metavar="T:QUESTION",
+                   help='a question at stream time T; "T:Tell me when ..." is acknowledged at T and alerts later')
+    r.add_argument("--watch", action="append", type=_watch, default=[], metavar="T:CONDITION",
+                   help='a standing trigger from stream time T, e.g. "0:a blue star" (an alert each time it holds)')
+    r.add_argument("--narrate", action="store_true", help="comment on the scene when it changes")
     r.add_argument("--fps", type=float, default=d.fps)
     r.add_argument("--realtime", action="store_true", help="pace a file to the wall clock (live semantics)")
     r.add_argument("--window-tokens", type=int, default=d.window_tokens)

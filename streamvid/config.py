@@ -28,17 +28,33 @@ class EngineConfig:
     question_queue_size: int = 8
     dialogue_turns: int = 2  # earlier question/answer pairs kept as text context
     read_timeout_s: float = 0.5  # how long one ingest step waits for a frame
+    # speaking up (DESIGN.md §5): standing triggers and narration, decided on each new chunk
+    decision_hz: float | None = None  # at most this many decisions per second of stream; None: every chunk
+    probe_batch: int = 8  # trigger probes per batched forward (questions are served between batches)
+    gate_min_novelty: float = 0.01  # re-probe when the chunk's vector moved this far (cosine) from the last probed
+    gate_max_skip_s: float = 5.0  # ... or this long after the last probe anyway; gate_min_novelty=0 probes always
+    narrate: bool = False  # comment on the scene without being asked ({"type": "say"} outputs)
+    narrate_prompt: str = "What do you see?"
+    narrate_min_gap_s: float = 3.0  # stream seconds between two looks
+    narrate_max_silence_s: float = 30.0  # look again after this long without a remark, changed scene or not
+    narrate_min_novelty: float = 0.02  # scene change (cosine distance of chunk vectors) that makes a look due
     join_timeout_s: float = 2.0
 
     def __post_init__(self):
         positive = ("fps", "frames_per_chunk", "window_tokens", "max_new_tokens", "question_queue_size",
-                    "read_timeout_s", "join_timeout_s", "rebase_after_pos", "memory_ram_mb", "memory_disk_mb")
+                    "read_timeout_s", "join_timeout_s", "rebase_after_pos", "memory_ram_mb", "memory_disk_mb",
+                    "probe_batch", "gate_max_skip_s", "narrate_min_gap_s", "narrate_max_silence_s")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("memory_top_k", "index_layer", "dialogue_turns"):
+        for name in ("memory_top_k", "index_layer", "dialogue_turns", "gate_min_novelty", "narrate_min_novelty"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.decision_hz is not None and self.decision_hz <= 0:
+            raise ValueError(f"decision_hz must be positive or None, got {self.decision_hz}")
+        if self.narrate_min_gap_s > self.narrate_max_silence_s:
+            raise ValueError(f"narrate_min_gap_s must be <= narrate_max_silence_s, got {self.narrate_min_gap_s} > "
+                             f"{self.narrate_max_silence_s}")
         if self.frame_px is not None and self.frame_px < 28:
             raise ValueError(f"frame_px must be >= 28 (two merged patches), got {self.frame_px}")
 

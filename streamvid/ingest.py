@@ -2,12 +2,14 @@
 
 Thread contract: only the ingest thread calls `step`, `push` and `flush` (or the caller's thread in
 `StreamingAssistant.run_simulated`, where no ingest thread runs). `latest_t_s` and `stats()` may be read from
-any thread (plain attribute reads).
+any thread (plain attribute reads). `on_block`, set before the thread starts, is called on the ingest thread
+after each new block is in the window (the assistant uses it to wake the reasoning thread).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from streamvid.adapters.base import VideoLLMAdapter
 from streamvid.config import EngineConfig
@@ -28,6 +30,7 @@ class IngestWorker:
         self.window = window
         self.memory = memory
         self.source = None
+        self.on_block: Callable[[], None] | None = None
         self._pending: list[Frame] = []
         self._next_id = 0
         self.latest_t_s = 0.0
@@ -78,6 +81,8 @@ class IngestWorker:
             self.window.rebase(lambda b, pos: move_block(b, pos, inv_freq))
         self.blocks_encoded += 1
         self.encode_s += time.perf_counter() - t0
+        if self.on_block is not None:
+            self.on_block()
 
     def stats(self) -> dict:
         dropped = self.source.dropped if self.source is not None else 0

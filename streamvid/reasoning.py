@@ -1,8 +1,15 @@
-"""ReasoningWorker (thread "streamvid-reasoning"): questions -> retrieval -> answer on a snapshot of the window.
+"""ReasoningWorker (thread "streamvid-reasoning"): questions -> retrieval -> answer on a snapshot of the window;
+on each new chunk, standing triggers are probed and narration may speak (DESIGN.md §5).
 
-Thread contract: only the reasoning thread calls `step` and `answer` (or the caller's thread in
-`StreamingAssistant.run_simulated`). It reads the window through `snapshot()` and never mutates it; it reads
-memory through its locked methods. The dialogue deque is touched by this thread only.
+Work is served one unit per `step`, questions first: a question (answered in full), else one batched forward of
+trigger probes, else one narration look (abandoned at the next token when a question arrives). So a probe delays
+an answer by at most one forward.
+
+Thread contract: only the reasoning thread calls `step`, `work`, `decide`, `handle` and `answer` (or the caller's
+thread in `StreamingAssistant.run_simulated`). It reads the window through `snapshot()` and never mutates it; it
+reads memory through its locked methods. The dialogue deque, the change gate, the narration policy and every
+trigger's score and firing rule are touched by this thread only. `triggers` (a TriggerSet) may be added to and
+removed from by any thread. `wake` is set by `StreamingAssistant.ask`/`watch` and by ingest after each new block.
 """
 
 from __future__ import annotations
@@ -13,12 +20,16 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from streamvid.adapters.base import VideoLLMAdapter
+from streamvid.adapters.base import Context
 from streamvid.config import EngineConfig
+from streamvid.future import Probe, acknowledgement, parse_request
 from streamvid.kv_window import Block, KVWindow, WindowSnapshot
 from streamvid.memory import LongTermMemory
 from streamvid.positions import layout
+from streamvid.proactive import ChangeGate, FiringRule, NarrationPolicy, Thresholds
 from streamvid.types import Output, Question
 
 _NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
@@ -39,6 +50,74 @@ def stream_times(text: str, now_s: float) -> list[float]:
     return [float(t) for t in times if 0 <= t <= now_s]
 
 
+@dataclass
+class Trigger:
+    """A standing trigger: a yes/no probe asked on each decided chunk, and the rule that turns its scores into
+    alerts. Made on any thread; once added to a TriggerSet its state is written by the reasoning thread only."""
+
+    id: str  # "w0", ... from watch(); the question's id ("q3") for a trigger made from a question
+    condition: str  # as the user phrased it
+    probe: Probe
+    rule: FiringRule
+    once: bool  # retired after its first alert (a "tell me when" question is answered once)
+    created_t_s: float
+    score: float | None = None  # the condition's score at the last decided chunk: p(yes), or 1 - p(yes) if negated
+    score_t_s: float | None = None
+    alerts: int = 0
+    streak_start_s: float | None = None  # start of the first chunk of the current positive streak
+
+    def describe(self) -> dict:
+        th = self.rule.thresholds
+        return {"trigger_id": self.id, "condition": self.condition, "probe": self.probe.question,
+                "negate": self.probe.negate, "once": self.once, "fire": th.fire, "reset": th.reset, "k": th.k,
+                "cooldown_s": th.cooldown_s, "created_t_s": round(self.created_t_s, 3),
+                "score": None if self.score is None else round(self.score, 4),
+                "score_t_s": None if self.score_t_s is None else round(self.score_t_s, 3),
+                "armed": self.rule.armed, "alerts": self.alerts}
+
+
+class TriggerSet:
+    """The active triggers, in the order they were added. Thread contract: `add`, `remove`, `active` and `in` from
+    any thread; one lock, held for the dict operations only."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._items: dict[str, Trigger] = {}
+
+    def add(self, trigger: Trigger) -> None:
+        with self._lock:
+            if trigger.id in self._items:
+                raise ValueError(f"trigger id {trigger.id!r} is already watching")
+            self._items[trigger.id] = trigger
+
+    def remove(self, trigger_id: str) -> bool:
+        with self._lock:
+            return self._items.pop(trigger_id, None) is not None
+
+    def active(self) -> list[Trigger]:
+        with self._lock:
+            return list(self._items.values())
+
+    def __contains__(self, trigger_id: str) -> bool:
+        with self._lock:
+            return trigger_id in self._items
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+
+@dataclass
+class _Round:
+    """What is left to decide for one new chunk: trigger probes (in batches), then a narration look."""
+
+    block: Block  # the newest block of the snapshot
+    t_s: float  # stream time of its last frame: when the decision is made
+    context: Context | None = None  # sinks + window snapshot, shared by every forward of the round
+    todo: list[Trigger] = field(default_factory=list)
+    narrate: bool = False
+
+
 class ReasoningWorker:
     def __init__(self, config: EngineConfig, adapter: VideoLLMAdapter, window: KVWindow,
                  memory: LongTermMemory | None, questions: queue.Queue, outputs: queue.Queue, stop: threading.Event):
@@ -51,15 +130,141 @@ class ReasoningWorker:
         self.stop = stop
         self.dialogue: deque[tuple[str, str]] = deque(maxlen=config.dialogue_turns or None)
         self.answered = 0
+        self.triggers = TriggerSet()
+        self.wake = threading.Event()  # there may be work: a question was asked, a trigger added, a block arrived
+        self.gate = ChangeGate(config.gate_min_novelty, config.gate_max_skip_s)
+        self.narration = (NarrationPolicy(config.narrate_min_gap_s, config.narrate_max_silence_s,
+                                          config.narrate_min_novelty) if config.narrate else None)
+        self._seen_block: int | None = None  # id of the newest block decided on
+        self._last_decision_s: float | None = None
+        self._round: _Round | None = None
+        self.probes_run = 0  # trigger probes computed by a forward
+        self.probes_skipped = 0  # trigger probes the change gate skipped (the last score was carried over)
+        self.probe_forwards = 0
+        self.alerts = 0
+        self.remarks = 0
 
     def step(self) -> bool:
-        """Answer the next question if one arrives within the read timeout. True if one was answered."""
+        """One unit of work (see `work`); when there is none, wait up to the read timeout for some.
+        True if it did something."""
+        self.wake.clear()  # cleared before looking, so a wake-up that comes while working is not lost
+        if self.work(self.outputs.put):
+            return True
+        self.wake.wait(self.config.read_timeout_s)
+        return False
+
+    def work(self, emit: Callable[[Output], None]) -> bool:
+        """Questions first: the next waiting question, else one unit of `decide`. True if it did something."""
         try:
-            q = self.questions.get(timeout=self.config.read_timeout_s)
+            q = self.questions.get_nowait()
         except queue.Empty:
-            return False
-        self.answer(q, self.outputs.put)
+            return self.decide(emit)
+        self.handle(q, emit)
         return True
+
+    def handle(self, q: Question, emit: Callable[[Output], None] | None = None) -> Output:
+        """A question about the future ("tell me when a blue star appears") becomes a one-shot trigger with the
+        question's id and is acknowledged at once; any other question is answered now."""
+        request = parse_request(q.text)
+        if request is None:
+            return self.answer(q, emit)
+        self.triggers.add(Trigger(q.id, request.condition, request.probe, FiringRule(Thresholds()),
+                                  once=not request.repeat, created_t_s=q.t_s))
+        ack = Output("answer", q.id, acknowledgement(request), {
+            "question": q.text, "t_s": round(q.t_s, 3), "ttft_ms": None, "tokens": 0, "tokens_per_s": None,
+            "evidence_t_s": [], "retrieved_blocks": [], "trigger_id": q.id})
+        self.answered += 1
+        if emit is not None:
+            emit(ack)
+        return ack
+
+    # ---- speaking up ------------------------------------------------------------------------------------
+    def decide(self, emit: Callable[[Output], None]) -> bool:
+        """One unit of proactive work on the newest chunk: one batched forward of trigger probes, or one
+        narration look. A new chunk starts a round (at most decision_hz rounds per stream second); triggers whose
+        scene the change gate finds unchanged keep their last score without a forward. True if it did something."""
+        if self._round is None:
+            self._round = self._plan(emit)
+            if self._round is None:
+                return False
+        r = self._round
+        if r.todo:
+            batch, r.todo = r.todo[:self.config.probe_batch], r.todo[self.config.probe_batch:]
+            scores = self.adapter.probe_many(r.context, [tr.probe.question for tr in batch])
+            self.probe_forwards += 1
+            self.probes_run += len(batch)
+            for tr, p_yes in zip(batch, scores, strict=True):
+                self._update(tr, 1.0 - p_yes if tr.probe.negate else p_yes, r, emit)
+        elif r.narrate:
+            r.narrate = False
+            self._narrate(r, emit)
+        if not r.todo and not r.narrate:
+            self._round = None
+        return True
+
+    def _plan(self, emit: Callable[[Output], None]) -> _Round | None:
+        snap = self.window.snapshot()
+        if not snap.blocks or snap.blocks[-1].id == self._seen_block:
+            return None
+        block = snap.blocks[-1]
+        self._seen_block = block.id
+        t_s = max(block.t_start_s, block.t_end_s - 1.0 / self.config.fps)  # the chunk's last frame
+        hz = self.config.decision_hz
+        if hz is not None and self._last_decision_s is not None and t_s - self._last_decision_s < 1.0 / hz - 1e-9:
+            return None
+        self._last_decision_s = t_s
+        r = _Round(block, t_s)
+        active = self.triggers.active()
+        if active:
+            if self.gate.should_look(block.vector, t_s):
+                self.gate.look(block.vector, t_s)
+                r.todo = active
+            else:
+                self.gate.skip()
+                r.todo = [tr for tr in active if tr.score is None]  # new triggers are probed at once
+                for tr in active:
+                    if tr.score is not None:  # unchanged scene: the last score holds for this chunk too
+                        self.probes_skipped += 1
+                        self._update(tr, tr.score, r, emit)
+        r.narrate = self.narration is not None and self.narration.due(block.vector, t_s)
+        if not r.todo and not r.narrate:
+            return None
+        r.context = layout(snap.sinks, (), snap.blocks, self.adapter.rope_inv_freq)
+        return r
+
+    def _update(self, tr: Trigger, score: float, r: _Round, emit: Callable[[Output], None]) -> None:
+        if tr.id not in self.triggers:  # unwatched while its probe ran
+            return
+        tr.score, tr.score_t_s = score, r.t_s
+        fired = tr.rule.update(score, r.t_s)
+        if tr.rule.streak == 1:
+            tr.streak_start_s = r.block.t_start_s
+        if not fired:
+            return
+        tr.alerts += 1
+        self.alerts += 1
+        if tr.once:
+            self.triggers.remove(tr.id)
+        start = tr.streak_start_s if tr.streak_start_s is not None else r.block.t_start_s
+        emit(Output("alert", tr.id, tr.probe.statement, {
+            "condition": tr.condition, "t_s": round(r.t_s, 3), "score": round(score, 4),
+            "evidence_t_s": [[round(start, 2), round(r.block.t_end_s, 2)]]}))
+
+    def _narrate(self, r: _Round, emit: Callable[[Output], None]) -> None:
+        pieces = []
+        prompt = self.adapter.prompt(self.config.narrate_prompt)
+        for piece in self.adapter.generate(r.context, prompt, self.config.max_new_tokens, self.stop):
+            if not self.questions.empty():
+                return  # a question came in: it goes first; this look is not counted and is due again
+            pieces.append(piece)
+        if self.narration.offer("".join(pieces), r.block.vector, r.t_s):
+            self.remarks += 1
+            emit(Output("say", "", self.narration.last_text, {"t_s": round(r.t_s, 3)}))
+
+    def stats(self) -> dict:
+        return {"triggers_active": len(self.triggers), "probes_run": self.probes_run,
+                "probes_skipped": self.probes_skipped, "probe_forwards": self.probe_forwards,
+                "alerts": self.alerts, "remarks": self.remarks}
 
     def answer(self, q: Question, emit: Callable[[Output], None] | None = None) -> Output:
         snap = self.window.snapshot()

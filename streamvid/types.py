@@ -27,7 +27,8 @@ class Question:
 class Output:
     """One item on the outputs queue.
 
-    kind: "token" (a piece of an answer being streamed), "answer" (the finished answer) or "status".
+    kind: "token" (a piece of an answer being streamed), "answer" (the finished answer), "probe", "status",
+    "alert" (a trigger fired; `id` is the trigger id) or "say" (a narration remark; no id).
     """
 
     kind: str
@@ -36,4 +37,8 @@ class Output:
     data: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
+        if self.kind == "alert":  # {"type", "trigger_id", "condition", "t_s", "score", "evidence_t_s", "text"}
+            return {"type": "alert", "trigger_id": self.id, **self.data, "text": self.text}
+        if self.kind == "say":  # {"type", "t_s", "text"}
+            return {"type": "say", **self.data, "text": self.text}
         return {"type": self.kind, "id": self.id, "text": self.text, **self.data}

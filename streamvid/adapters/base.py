@@ -65,6 +65,8 @@ class VideoLLMAdapter(Protocol):
 
     def probe(self, context: Context, question: str) -> float: ...
 
+    def probe_many(self, context: Context, questions: Sequence[str]) -> list[float]: ...
+
 
 def load_adapter(model: str, device: str = "cpu", dtype: str = "auto", index_layer: int = 0) -> VideoLLMAdapter:
     """Load a checkpoint (HF id or local directory) behind the adapter that supports its architecture."""

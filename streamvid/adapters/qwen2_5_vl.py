@@ -160,6 +160,35 @@ class QwenVLAdapter:
         yes, no = float(p[self._yes_ids].sum()), float(p[self._no_ids].sum())
         return yes / (yes + no) if yes + no > 0 else 0.5
 
+    def probe_many(self, context: Context, questions: Sequence[str]) -> list[float]:
+        """`probe` for several questions on one context in a single batched forward.
+
+        The prompts are left-padded to one length, so every row's last position is its answer position; the
+        context is shared by all rows (expanded, not copied) and an attention mask hides the padding. Each
+        prompt keeps the positions it has alone (context.next_pos onwards), so the result equals `probe`."""
+        if not questions:
+            return []
+        rows = [self.tokenizer.encode(self.prompt(q), add_special_tokens=False) for q in questions]
+        n, width = len(rows), max(len(r) for r in rows)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else rows[0][0]
+        ids = torch.full((n, width), pad, dtype=torch.long)
+        mask = torch.zeros((n, context.n_tokens + width), dtype=torch.long)
+        mask[:, :context.n_tokens] = 1
+        positions = torch.zeros((3, n, width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, width - len(r):] = torch.tensor(r)
+            mask[i, context.n_tokens + width - len(r):] = 1
+            positions[:, i, width - len(r):] = torch.arange(len(r)) + context.next_pos
+        data = [(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in zip(context.keys, context.values)]
+        with self.lock, torch.inference_mode():
+            cache = DynamicCache(ddp_cache_data=data if context.n_tokens else None, config=self.model.config)
+            logits = self.model(input_ids=ids.to(self.device), position_ids=positions.to(self.device),
+                                attention_mask=mask.to(self.device), cache=cache, use_cache=True,
+                                logits_to_keep=1).logits
+        p = torch.softmax(logits[:, -1].float(), dim=-1)  # (n, vocab)
+        yes, no = p[:, self._yes_ids].sum(-1), p[:, self._no_ids].sum(-1)
+        return [float(y / (y + n_)) if y + n_ > 0 else 0.5 for y, n_ in zip(yes, no)]
+
     # ---- internals --------------------------------------------------------------------------------------
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor, past: Context | None,
                  cache: DynamicCache | None = None, use_cache: bool = True, **vision) -> tuple[torch.Tensor, DynamicCache]:

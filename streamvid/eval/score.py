@@ -2,9 +2,13 @@
 
     streamvid score EPISODES.jsonl... [--model M] [--out DIR] [--memory-top-k K] [--from-trace TRACE]
 
-A run writes `trace.jsonl` (every answer and probe with stream time, TTFT, retrieved blocks) and `report.json`
-(accuracy per task). Metrics are computed from the trace alone, so a trace can be re-scored without the model.
-Questions that expect a proactive response (`expected_response`) need alerts and are counted as not scored.
+A run writes `trace.jsonl` (every answer, probe and alert with stream time, TTFT, retrieved blocks) and
+`report.json` (accuracy per task; for questions that expect a proactive response, `expected_response`, the timing
+metrics of eval/timeliness.py under "proactive"). Metrics are computed from the trace alone, so a trace can be
+re-scored without the model.
+
+Runs are native and in one pass: every question is asked at its time, a "tell me when" question becomes a trigger
+(acknowledged at once, recorded as an answer) and its alerts are recorded with the question's event id.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from streamvid.config import EngineConfig
+from streamvid.eval import timeliness
 from streamvid.eval.metrics import score
 
 SCHEMA = "stream-episode/1"
@@ -55,15 +60,14 @@ def load_episodes(path: str | Path) -> list[dict]:
     return episodes
 
 
-def _work(ep: dict) -> tuple[list[tuple[float, str]], list[tuple[float, str]], list[dict], int]:
-    """Questions and probes to run, the events they answer (in run order), and how many are not scored."""
-    proactive = {e["ref"] for e in ep["events"] if e["kind"] == "expected_response"}
-    queries = [e for e in ep["events"] if e["kind"] == "user_query" and e["id"] not in proactive]
+def _work(ep: dict) -> tuple[list[tuple[float, str]], list[tuple[float, str]], list[dict]]:
+    """Questions and probes to run, and the events they answer (in run order)."""
+    queries = [e for e in ep["events"] if e["kind"] == "user_query"]
     probes = [e for e in ep["events"] if e["kind"] == "probe"]
     order = sorted([(e["t"], 0, i, e) for i, e in enumerate(queries)] + [(e["t"], 1, i, e) for i, e in enumerate(probes)],
                    key=lambda x: x[0])
     return ([(e["t"], _question_text(e)) for e in queries], [(e["t"], e["text"]) for e in probes],
-            [e for *_, e in order], len(proactive))
+            [e for *_, e in order])
 
 
 def _question_text(event: dict) -> str:
@@ -80,30 +84,56 @@ def run_episodes(episodes: list[dict], config: EngineConfig, trace_path: str | P
     config = config.replace(dialogue_turns=0)  # benchmark questions stand alone
     with open(trace_path, "w") as trace:
         for ep in episodes:
-            questions, probes, events, _ = _work(ep)
+            questions, probes, events = _work(ep)
             video = ep["video"]
             source = FileSource(video["path"], fps=config.fps, t_start_s=video.get("t_start") or 0.0,
                                 t_end_s=video.get("t_end"), size=config.frame_px)
-            with StreamingAssistant(config, adapter=adapter) as sa:
+            hz = (ep.get("protocol") or {}).get("decision_hz")
+            with StreamingAssistant(config.replace(decision_hz=hz or config.decision_hz), adapter=adapter) as sa:
                 outputs = sa.run_simulated(source, questions, probes)
-            for event, out in zip(events, outputs, strict=True):
+            replies = [out for out in outputs if out.kind in ("answer", "probe")]
+            event_of = {}  # run question id -> episode event id
+            for event, out in zip(events, replies, strict=True):
                 if out.data["question"] not in (event["text"], _question_text(event)):
                     raise RuntimeError(f"trace out of order at {ep['episode_id']}/{event['id']}")
-                trace.write(json.dumps({"episode_id": ep["episode_id"], "event_id": event["id"], **out.to_json()})
-                            + "\n")
+                event_of[out.id] = event["id"]
+            for out in outputs:
+                if out.kind in ("answer", "probe", "alert"):
+                    trace.write(json.dumps({"episode_id": ep["episode_id"], "event_id": event_of.get(out.id, out.id),
+                                            **out.to_json()}) + "\n")
 
 
 def score_trace(episodes: list[dict], trace_path: str | Path) -> dict:
     outputs = {}
+    alerts: dict[tuple[str, str], list[float]] = defaultdict(list)
+    last_t: dict[str, float] = defaultdict(float)
     for line in Path(trace_path).read_text().splitlines():
         rec = json.loads(line)
-        outputs[(rec["episode_id"], rec["event_id"])] = rec
+        key = (rec["episode_id"], rec["event_id"])
+        if rec["type"] == "alert":
+            alerts[key].append(rec["t_s"])
+        else:
+            outputs[key] = rec
+        if rec.get("t_s") is not None:
+            last_t[rec["episode_id"]] = max(last_t[rec["episode_id"]], rec["t_s"])
     per_task: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    not_scored = 0
     ttfts = []
+    forward: list[timeliness.Question] = []
+    stream_s = 0.0
     for ep in episodes:
         events = {e["id"]: e for e in ep["events"] if "id" in e}
-        not_scored += _work(ep)[3]
+        golds: dict[str, list[timeliness.Gold]] = defaultdict(list)
+        for e in ep["events"]:
+            if e["kind"] == "expected_response":
+                timing = e.get("timing") or {}
+                t_gold = e.get("t_gold", events[e["ref"]]["t"])
+                golds[e["ref"]].append(timeliness.Gold(t_gold, tuple(e.get("window") or (t_gold, t_gold)),
+                                                       **{k: timing[k] for k in ("sigma_early", "sigma_late")
+                                                          if k in timing}))
+        forward += [timeliness.Question(g, alerts.get((ep["episode_id"], ref), [])) for ref, g in golds.items()]
+        video = ep["video"]
+        end = video.get("t_end")
+        stream_s += (end if end is not None else last_t[ep["episode_id"]]) - (video.get("t_start") or 0.0)
         for e in ep["events"]:
             if e["kind"] == "expected_answer":
                 scorer = e["scorer"]
@@ -123,8 +153,8 @@ def score_trace(episodes: list[dict], trace_path: str | Path) -> dict:
     tasks = {t: {"correct": c, "n": n, "accuracy": round(c / n, 4)} for t, (c, n) in sorted(per_task.items())}
     total_c, total_n = sum(c for c, _ in per_task.values()), sum(n for _, n in per_task.values())
     return {"tasks": tasks, "overall": round(total_c / total_n, 4) if total_n else None, "n": total_n,
-            "not_scored_proactive": not_scored,
-            "ttft_ms_median": sorted(ttfts)[len(ttfts) // 2] if ttfts else None}
+            "ttft_ms_median": sorted(ttfts)[len(ttfts) // 2] if ttfts else None,
+            "proactive": timeliness.report(forward, stream_s) if forward else None}
 
 
 def load_all(paths: list[str | Path]) -> list[dict]:

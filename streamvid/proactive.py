@@ -1,0 +1,170 @@
+"""Pure decision logic for speaking up: when a standing trigger fires, when the scene changed enough to look
+again, when narration speaks. No model, no threads and no clock of its own: every call passes the stream time
+of the chunk it decides on, so a test drives it with any sequence of times (a fake clock).
+
+Thread contract: every object here is single-threaded; the reasoning thread owns them (DESIGN.md §3, §5).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """When a trigger's p(yes) stream becomes an alert.
+
+    fire: a chunk counts as positive when its score is >= fire.
+    reset: the trigger re-arms once a score drops below reset (hysteresis: reset <= fire).
+    k: positive chunks in a row needed to fire.
+    cooldown_s: stream seconds after an alert during which the trigger stays silent.
+    """
+
+    fire: float = 0.6
+    reset: float = 0.4
+    k: int = 2
+    cooldown_s: float = 10.0
+
+    def __post_init__(self):
+        if not 0.0 <= self.reset <= self.fire <= 1.0:
+            raise ValueError(f"expected 0 <= reset <= fire <= 1, got reset={self.reset}, fire={self.fire}")
+        if self.k < 1:
+            raise ValueError(f"k must be >= 1, got {self.k}")
+        if self.cooldown_s < 0:
+            raise ValueError(f"cooldown_s must be >= 0, got {self.cooldown_s}")
+
+    @classmethod
+    def of(cls, **overrides) -> Thresholds:
+        """Defaults with per-trigger overrides; unknown names raise with the known ones."""
+        known = {"fire", "reset", "k", "cooldown_s"}
+        unknown = set(overrides) - known
+        if unknown:
+            raise ValueError(f"unknown trigger thresholds {sorted(unknown)}; known: {sorted(known)}")
+        return cls(**overrides)
+
+
+class FiringRule:
+    """Hysteresis over one score per decided chunk.
+
+    Fires on the k-th positive score in a row (score >= fire) while armed and out of cooldown, then disarms;
+    it re-arms once a score drops below `reset`. So one event that keeps the score high gives one alert, a
+    flicker between reset and fire gives none, and the event coming back after the score fell gives another.
+    A trigger still in cooldown when its streak reaches k fires at the first chunk after the cooldown (if the
+    streak holds).
+    """
+
+    def __init__(self, thresholds: Thresholds):
+        self.thresholds = thresholds
+        self.armed = True
+        self.streak = 0  # positive chunks in a row, up to now
+        self.last_fire_s: float | None = None
+        self._last_t_s: float | None = None
+
+    def update(self, score: float, t_s: float) -> bool:
+        """Feed the score of the chunk at stream time t_s; True when this chunk fires an alert."""
+        if self._last_t_s is not None and t_s < self._last_t_s:
+            raise ValueError(f"stream time went back: {t_s} after {self._last_t_s}")
+        self._last_t_s = t_s
+        th = self.thresholds
+        if score < th.reset:
+            self.armed = True
+        self.streak = self.streak + 1 if score >= th.fire else 0
+        cooled = self.last_fire_s is None or t_s - self.last_fire_s >= th.cooldown_s
+        if self.armed and self.streak >= th.k and cooled:
+            self.armed = False
+            self.last_fire_s = t_s
+            return True
+        return False
+
+
+def novelty(vector: np.ndarray | None, reference: np.ndarray | None) -> float:
+    """Cosine distance 1 - cos(vector, reference) in [0, 2]; 1.0 when either is missing (always novel)."""
+    if vector is None or reference is None:
+        return 1.0
+    a, b = np.asarray(vector, np.float64), np.asarray(reference, np.float64)
+    denom = float(np.linalg.norm(a) * np.linalg.norm(b))
+    return 1.0 - float(a @ b) / denom if denom > 0 else 1.0
+
+
+class ChangeGate:
+    """Skips work on unchanged scenes: look again only when the chunk's vector moved at least `min_novelty`
+    (cosine distance) from the vector at the last look, or `max_skip_s` of stream passed since that look.
+    `min_novelty=0` looks at every chunk. Counts what it let through and what it skipped."""
+
+    def __init__(self, min_novelty: float, max_skip_s: float):
+        if min_novelty < 0:
+            raise ValueError(f"min_novelty must be >= 0, got {min_novelty}")
+        if max_skip_s <= 0:
+            raise ValueError(f"max_skip_s must be positive, got {max_skip_s}")
+        self.min_novelty = min_novelty
+        self.max_skip_s = max_skip_s
+        self.reference: np.ndarray | None = None
+        self.reference_t_s: float | None = None
+        self.looked = 0
+        self.skipped = 0
+
+    def should_look(self, vector: np.ndarray | None, t_s: float) -> bool:
+        if self.reference_t_s is None or self.min_novelty == 0 or t_s - self.reference_t_s >= self.max_skip_s:
+            return True
+        return novelty(vector, self.reference) >= self.min_novelty
+
+    def look(self, vector: np.ndarray | None, t_s: float) -> None:
+        """Record that the scene was looked at now (the new reference)."""
+        self.reference, self.reference_t_s = vector, t_s
+        self.looked += 1
+
+    def skip(self) -> None:
+        self.skipped += 1
+
+
+def same_remark(a: str | None, b: str | None) -> bool:
+    """Whether two remarks say the same thing: case, punctuation, spacing and the order of list items ignored."""
+    if a is None or b is None:
+        return False
+
+    def items(s: str) -> list[str]:
+        return sorted(" ".join(re.sub(r"[^a-z0-9 ,]+", " ", part).split())
+                      for part in s.lower().replace(" and ", ",").split(","))
+
+    return items(a) == items(b)
+
+
+class NarrationPolicy:
+    """When narration looks (generates a remark) and whether what it generated is said.
+
+    A look is due once `min_gap_s` passed since the last look and either the scene moved `min_novelty` from the
+    scene at the last look, or `max_silence_s` passed since the last thing said. A generated remark is said
+    unless it is empty or the same as the previous remark (`same_remark`): the policy never repeats itself,
+    so on a static scene it stays silent after its one remark and looks again every `max_silence_s` at most.
+    """
+
+    def __init__(self, min_gap_s: float, max_silence_s: float, min_novelty: float):
+        if not 0 < min_gap_s <= max_silence_s:
+            raise ValueError(f"expected 0 < min_gap_s <= max_silence_s, got {min_gap_s}, {max_silence_s}")
+        if min_novelty < 0:
+            raise ValueError(f"min_novelty must be >= 0, got {min_novelty}")
+        self.min_gap_s, self.max_silence_s, self.min_novelty = min_gap_s, max_silence_s, min_novelty
+        self.last_text: str | None = None
+        self.last_said_s: float | None = None
+        self.last_look_s: float | None = None
+        self._look_vector: np.ndarray | None = None
+
+    def due(self, vector: np.ndarray | None, t_s: float) -> bool:
+        if self.last_look_s is None:
+            return True
+        if t_s - self.last_look_s < self.min_gap_s:
+            return False
+        silent_s = t_s - (self.last_said_s if self.last_said_s is not None else self.last_look_s)
+        return silent_s >= self.max_silence_s or novelty(vector, self._look_vector) >= self.min_novelty
+
+    def offer(self, text: str, vector: np.ndarray | None, t_s: float) -> bool:
+        """Record a look at t_s that generated `text`; True when it should be said."""
+        self.last_look_s, self._look_vector = t_s, vector
+        text = text.strip()
+        if not text or same_remark(text, self.last_text):
+            return False
+        self.last_text, self.last_said_s = text, t_s
+        return True

@@ -1,0 +1,360 @@
+"""Standing triggers, "tell me when" questions and narration through the real engine.
+
+The model here is the tiny random Qwen2.5-VL (it sees nothing), wrapped so that its yes/no probes answer from the
+ShapesWorld ground truth of the demo clip: the machinery (probing on each chunk, firing, alerts, ordering, the
+change gate, questions first) is checked independently of what a trained model sees. The bundled model on the
+same clips is tested in test_speaking_bundled.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import queue
+import re
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from streamvid.assistant import StreamingAssistant
+from streamvid.config import BUNDLED_MODEL, EngineConfig
+from streamvid.sources import FileSource
+from streamvid.types import Output, Question
+
+DEMO = BUNDLED_MODEL.parent.parent / "demo_videos" / "shapes_7"
+CLIP = DEMO / "shapes_7.mp4"
+FPS = 2.0
+_PAIR = re.compile(r"Is there an? (\w+) (\w+) now\?")
+COLOURS = ["red", "orange", "yellow", "green", "blue", "purple"]
+SHAPES = ["circle", "square", "triangle", "star", "hexagon", "diamond"]
+
+
+class Truth:
+    """Which (colour, shape) pairs the demo clip shows at a stream time, read from its timeline file."""
+
+    def __init__(self, path):
+        d = json.loads(path.read_text())
+        self.fps, self.tracks = d["fps"], d["tracks"]
+
+    def pairs(self, t: float) -> set[tuple[str, str]]:
+        tf = math.floor(t * self.fps + 1e-6) / self.fps
+        return {([c for s, c in tr["colours"] if s <= tf + 1e-6][-1], tr["shape"]) for tr in self.tracks
+                if tr["enter_s"] - 1e-6 <= tf < tr["leave_s"] - 1e-6}
+
+    def enters(self, pair) -> list[float]:
+        return [tr["enter_s"] for tr in self.tracks if (tr["colours"][0][1], tr["shape"]) == pair]
+
+
+TRUTH = Truth(DEMO / "shapes_7.timeline.json")
+
+
+class OracleAdapter:
+    """The real adapter for encoding and generating; probes answer from the ground truth at the last frame of the
+    newest chunk in the context (p(yes) 0.95 if the asked pair is on screen, else 0.05). It finds that chunk by
+    its KV values (position-free) and the chunk's time by its last frame, looked up in the decoded clip.
+    Optionally the chunk vectors are replaced by a one-hot of the pairs on screen (a perfect change signal)."""
+
+    def __init__(self, real, frame_times: dict[bytes, float], truth_vectors: bool = False):
+        self._real = real
+        self._frame_times = frame_times
+        self._truth_vectors = truth_vectors
+        self._chunks: list[tuple[torch.Tensor, float]] = []
+        self.calls: list[str] = []
+        self.on_probe = None  # called inside each probe forward (a test hook)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def encode_chunk(self, frames, past, seconds_per_chunk):
+        enc = self._real.encode_chunk(frames, past, seconds_per_chunk)
+        t = self._frame_times.get(np.ascontiguousarray(frames[-1]).tobytes())
+        if t is not None:
+            self._chunks.append((enc.values[0], t))
+            if self._truth_vectors:
+                v = np.zeros(len(COLOURS) * len(SHAPES) + 1, np.float32)
+                for c, s in TRUTH.pairs(t):
+                    v[COLOURS.index(c) * len(SHAPES) + SHAPES.index(s)] = 1.0
+                v[-1] = 1.0
+                enc = type(enc)(enc.keys, enc.values, enc.pos_span, v / np.linalg.norm(v))
+        return enc
+
+    def _time_of(self, context) -> float:
+        tail = context.values[0]
+        for values, t in reversed(self._chunks):
+            n = values.shape[2]
+            if tail.shape[2] >= n and torch.equal(tail[:, :, -n:], values):
+                return t
+        raise AssertionError("the probe context does not end with an encoded chunk")
+
+    def probe_many(self, context, questions):
+        self.calls.append("probe")
+        if self.on_probe is not None:
+            self.on_probe()
+        visible = TRUTH.pairs(self._time_of(context))
+        return [0.95 if (m := _PAIR.match(q)) and m.groups() in visible else 0.05 for q in questions]
+
+    def generate(self, context, prompt, max_new_tokens, stop=None):
+        self.calls.append("generate")
+        for piece in self._real.generate(context, prompt, max_new_tokens, stop):
+            self.calls.append("token")
+            yield piece
+
+
+@pytest.fixture(scope="module")
+def frame_times():
+    src = FileSource(CLIP, fps=FPS)
+    times = {}
+    while (f := src.read()) is not None:
+        times.setdefault(f.image.tobytes(), f.t_s)
+    return times
+
+
+def _cfg(**kw) -> EngineConfig:
+    """The change gate is off unless a test turns it on: the random model's chunk vectors mean nothing."""
+    return EngineConfig(**{"model": "unused", "fps": FPS, "window_tokens": 60, "max_new_tokens": 3,
+                           "memory_top_k": 0, "gate_min_novelty": 0.0, **kw})
+
+
+def _run(adapter, frame_times, t_end=60.0, questions=(), watches=(), truth_vectors=False, thresholds=None, **cfg):
+    oracle = OracleAdapter(adapter, frame_times, truth_vectors)
+    sa = StreamingAssistant(_cfg(**cfg), adapter=oracle)
+    for condition in thresholds or {}:
+        sa.watch(condition, **thresholds[condition])
+    outs = sa.run_simulated(FileSource(CLIP, fps=FPS, t_end_s=t_end), questions, watches_at=watches)
+    return sa, outs
+
+
+def test_probe_many_equals_one_probe_at_a_time(adapter):
+    from conftest import random_frames
+    from streamvid.kv_window import Block
+    from streamvid.positions import concat
+
+    sinks = adapter.encode_text(adapter.sink_text, None)
+    sink = Block(-1, 0.0, 0.0, sinks.keys, sinks.values, 0, sinks.pos_span)
+    enc = adapter.encode_chunk(random_frames(2), concat([sink], sinks.pos_span), 1.0)
+    block = Block(0, 0.0, 1.0, enc.keys, enc.values, sinks.pos_span, enc.pos_span)
+    context = concat([sink, block], sinks.pos_span + enc.pos_span)
+    questions = ["Is there a blue star now? Answer yes or no.", "Is there an orange hexagon now? Answer yes or no.",
+                 "Is it true now that the door opens? Answer yes or no.", "Red?"]  # different lengths: padding
+    one = np.array([adapter.probe(context, q) for q in questions])
+    many = np.array(adapter.probe_many(context, questions))
+    assert np.ptp(one) > 1e-5, "the questions must score differently for this check to mean anything"
+    assert np.abs(one - many).max() < 1e-6
+    assert adapter.probe_many(context, []) == []
+
+
+def test_tell_me_when_is_acknowledged_then_alerts_once_at_the_event(adapter, frame_times):
+    pair = ("green", "circle")
+    t_event = min(t for t in TRUTH.enters(pair) if t > 9.5)
+    assert pair not in TRUTH.pairs(9.5) and t_event == 12.5
+    never = ("blue", "star")
+    assert all(never not in TRUTH.pairs(k / FPS) for k in range(int(60 * FPS)))
+    sa, outs = _run(adapter, frame_times, questions=[(9.5, "Let me know when a green circle appears."),
+                                                     (20.0, "Tell me when a blue star appears.")])
+    kinds = [(o.kind, o.id) for o in outs]
+    assert kinds == [("answer", "q0"), ("alert", "q0"), ("answer", "q1")]  # no alert for the blue star
+    ack, alert = outs[0], outs[1]
+    assert ack.text == "OK, I will tell you when a green circle appears." and ack.data["t_s"] == 9.5
+    assert ack.data["trigger_id"] == "q0"
+    # k=2 positive chunks: the chunk [12.0, 12.5] and [13.0, 13.5] -> decided at 13.5
+    assert alert.data["t_s"] == 13.5 and alert.data["score"] == 0.95
+    assert alert.to_json() == {"type": "alert", "trigger_id": "q0", "condition": "a green circle appears",
+                               "t_s": 13.5, "score": 0.95, "evidence_t_s": [[12.0, 14.0]],
+                               "text": "There is a green circle now."}
+    assert sa.triggers() == [t for t in sa.triggers() if t["trigger_id"] == "q1"]  # q0 answered: retired
+    assert sa.stats()["alerts"] == 1
+
+
+def _edges(pair, k_times, rising=True):
+    """Stream times (decision times) where the pair's visibility turns on (or off)."""
+    seen = [pair in TRUTH.pairs(t) for t in k_times]
+    return [t for prev, now, t in zip([not rising] + seen, seen, k_times) if now == rising and prev != rising]
+
+
+def test_standing_watches_fire_on_every_rising_edge_and_negated_ones_on_falling(adapter, frame_times):
+    decisions = [k / FPS + 0.5 for k in range(0, 120, 2)]  # last frame of each 2-frame chunk, first 60 s
+    no_cooldown = {"k": 2, "cooldown_s": 0.0}
+    sa, outs = _run(adapter, frame_times, thresholds={"a green circle": no_cooldown,
+                                                      "the green circle leaves": no_cooldown},
+                    watches=[(0.0, "Is there a blue star?")])
+    ids = [tr["trigger_id"] for tr in sa.triggers()]
+    assert ids == ["w0", "w1", "w2"]
+    # k=2: an edge fires one chunk later if the new state holds; a trigger starts armed, so "leaves" fires at the
+    # start too (the green circle is not on screen yet)
+    green = ("green", "circle")
+    expected_on = [t + 1.0 for t in _edges(green, decisions) if green in TRUTH.pairs(t + 1.0)]
+    expected_off = [t + 1.0 for t in _edges(green, decisions, rising=False) if green not in TRUTH.pairs(t + 1.0)]
+    assert len(expected_on) >= 2 and len(expected_off) >= 2, "the clip shows a green circle twice in 60 s"
+    got = {tid: [o.data["t_s"] for o in outs if o.kind == "alert" and o.id == tid] for tid in ids}
+    assert got["w0"] == expected_on
+    assert got["w1"] == expected_off
+    assert got["w2"] == []
+    assert [o.data["t_s"] for o in outs] == sorted(o.data["t_s"] for o in outs)  # stream-time order
+
+
+def test_change_gate_skips_probes_on_unchanged_scenes_without_changing_alerts(adapter, frame_times):
+    watches = [(0.0, "a green circle"), (0.0, "an orange hexagon"), (0.0, "a blue star")]
+    gated, outs_g = _run(adapter, frame_times, watches=watches, truth_vectors=True, gate_min_novelty=0.01,
+                         gate_max_skip_s=30.0)
+    always, outs_a = _run(adapter, frame_times, watches=watches, truth_vectors=True, gate_min_novelty=0.0)
+    alerts = lambda outs: [(o.id, o.data["t_s"]) for o in outs if o.kind == "alert"]  # noqa: E731
+    assert alerts(outs_g) == alerts(outs_a) and alerts(outs_a)
+    sg, sa_ = gated.stats(), always.stats()
+    assert sa_["probes_skipped"] == 0 and sa_["probes_run"] == 3 * 60
+    assert sg["probes_run"] + sg["probes_skipped"] == 3 * 60
+    assert sg["probes_skipped"] > sg["probes_run"]  # most chunks of this clip change nothing asked about
+    assert sg["probe_forwards"] < sa_["probe_forwards"]
+
+
+def test_questions_come_first_a_probe_delays_an_answer_by_one_forward_at_most(adapter, frame_times):
+    oracle = OracleAdapter(adapter, frame_times)
+    sa = StreamingAssistant(_cfg(probe_batch=2), adapter=oracle)
+    for i in range(6):
+        sa.watch(f"a {'red green blue orange yellow purple'.split()[i]} circle")
+    src = FileSource(CLIP, fps=FPS, t_end_s=2.0)
+    while (f := src.read()) is not None:
+        sa.ingest.push(f)
+    out: list[Output] = []
+    asked = []
+    oracle.on_probe = lambda: asked.append(sa.ask("How many shapes are there?", t_s=2.0)) if not asked else None
+    while sa.reasoning.work(out.append):
+        pass
+    # a round of 6 probes on the newest chunk is 3 forwards; the question arrives during the first forward and is
+    # answered before the second
+    assert [c for c in oracle.calls if c != "token"] == ["probe", "generate", "probe", "probe"]
+    assert [o.id for o in out if o.kind == "answer"] == asked
+    assert sa.stats()["probes_run"] == 6
+
+
+def test_narration_gives_way_to_a_question_within_one_token(adapter, frame_times):
+    oracle = OracleAdapter(adapter, frame_times)
+    sa = StreamingAssistant(_cfg(narrate=True, max_new_tokens=6), adapter=oracle)
+    src = FileSource(CLIP, fps=FPS, t_end_s=1.0)
+    while (f := src.read()) is not None:
+        sa.ingest.push(f)
+    real_generate = oracle.generate
+
+    def generate(context, prompt, max_new_tokens, stop=None):
+        for i, piece in enumerate(real_generate(context, prompt, max_new_tokens, stop)):
+            if i == 0 and "What do you see?" in prompt:
+                sa.ask("What colour is the circle?", t_s=1.0)
+            yield piece
+
+    oracle.generate = generate
+    out: list[Output] = []
+    while sa.reasoning.work(out.append):
+        pass
+    assert oracle.calls[:3] == ["generate", "token", "generate"]  # narration stopped after its first token
+    assert [o.kind for o in out if o.kind != "token"][0] == "answer"
+    assert sa.reasoning.narration.last_look_s is None  # the abandoned look is due again at the next chunk
+
+
+def test_narration_says_something_new_only(adapter, frame_times):
+    sa, outs = _run(adapter, frame_times, narrate=True, narrate_min_gap_s=2.0, narrate_max_silence_s=8.0,
+                    narrate_min_novelty=0.0, narrate_prompt="What is on screen?")
+    says = [o for o in outs if o.kind == "say"]
+    assert says and all(set(o.to_json()) == {"type", "t_s", "text"} for o in says)
+    assert all(b.data["t_s"] - a.data["t_s"] >= 2.0 for a, b in zip(says, says[1:]))
+    assert all(a.text.lower() != b.text.lower() for a, b in zip(says, says[1:]))
+
+
+def test_watch_api_and_threaded_alerts(adapter, frame_times):
+    oracle = OracleAdapter(adapter, frame_times)
+    with StreamingAssistant(_cfg(), adapter=oracle) as sa:
+        tid = sa.watch("a green circle", fire=0.7, k=1, cooldown_s=0.0)
+        gone = sa.watch("Tell me when a purple star appears")
+        assert [t["trigger_id"] for t in sa.triggers()] == [tid, gone]
+        first = sa.triggers()[0]
+        assert (first["condition"], first["probe"], first["fire"], first["k"]) == \
+            ("a green circle", "Is there a green circle now? Answer yes or no.", 0.7, 1)
+        assert sa.unwatch(gone) and not sa.unwatch(gone) and not sa.unwatch("w99")
+        with pytest.raises(ValueError, match="unknown trigger thresholds"):
+            sa.watch("a red square", patience=2)
+        sa.start(FileSource(CLIP, fps=FPS, t_end_s=30.0))
+        alerts = []
+        deadline = time.monotonic() + 120
+        while not sa.ingest_done.is_set() and time.monotonic() < deadline:
+            alerts += [o for o in sa.outputs(timeout_s=0.2) if o.kind == "alert"]
+        alerts += [o for o in sa.outputs(timeout_s=1.0) if o.kind == "alert"]
+    assert alerts and all(o.id == tid for o in alerts)
+    # on a thread, reasoning may decide on fewer chunks than ingest encodes; every alert is still true when made
+    assert all(("green", "circle") in TRUTH.pairs(o.data["t_s"]) for o in alerts)
+
+
+def test_cli_run_prints_alerts_in_stream_order_with_answers(tiny_model_dir):
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "streamvid.cli", "run", str(CLIP), "--model", str(tiny_model_dir),
+                        "--max-new-tokens", "2", "--ask", "9.5:Tell me when a green circle appears.",
+                        "--ask", "20:How many shapes are there?", "--watch", "0:a blue star", "--narrate"],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    lines = [json.loads(line) for line in p.stdout.splitlines()]
+    assert lines[-1]["type"] == "stats" and lines[-1]["triggers_active"] >= 1
+    ack = next(x for x in lines if x["type"] == "answer")
+    assert ack["t_s"] == 9.5 and ack["trigger_id"] == ack["id"]
+    times = [x["t_s"] for x in lines[:-1]]
+    assert times == sorted(times)
+    assert {x["type"] for x in lines[:-1]} <= {"answer", "alert", "say"}
+    assert any(x["type"] == "say" for x in lines)
+    bad = subprocess.run([sys.executable, "-m", "streamvid.cli", "run", str(CLIP), "--watch", "soon:a star"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and "expected T:CONDITION" in bad.stderr
+
+
+def test_reasoning_step_answers_a_question_and_wakes_on_new_blocks(adapter, frame_times):
+    """`step` serves a waiting question without waiting for the read timeout, and a new block wakes it."""
+    oracle = OracleAdapter(adapter, frame_times)
+    sa = StreamingAssistant(_cfg(read_timeout_s=30.0), adapter=oracle)
+    sa.watch("a green circle")
+    src = FileSource(CLIP, fps=FPS, t_end_s=1.0)
+    while (f := src.read()) is not None:
+        sa.ingest.push(f)
+    assert sa.reasoning.wake.is_set()  # ingest's new block (and the watch) woke it
+    assert sa.reasoning.step() is True and oracle.calls == ["probe"]
+    sa.ask("How many shapes are there?", t_s=1.0)
+    assert sa.reasoning.step() is True and oracle.calls[1] == "generate"
+    answer = [o for o in _drain(sa.reasoning.outputs) if o.kind == "answer"]
+    assert answer and answer[0].data["question"] == "How many shapes are there?"
+    sa.reasoning.stop.set()
+
+
+def _drain(q: queue.Queue) -> list[Output]:
+    out = []
+    while True:
+        try:
+            out.append(q.get_nowait())
+        except queue.Empty:
+            return out
+
+
+def test_ack_is_recorded_like_an_answer(adapter, frame_times):
+    oracle = OracleAdapter(adapter, frame_times)
+    sa = StreamingAssistant(_cfg(), adapter=oracle)
+    ack = sa.reasoning.handle(Question("q7", "Notify me whenever you see a red square.", 3.0))
+    assert ack.kind == "answer" and ack.data["trigger_id"] == "q7"
+    assert sa.triggers()[0]["once"] is False  # "whenever": a standing trigger
+
+
+def test_score_runs_forward_questions_natively_and_reports_timeliness(adapter, frame_times, monkeypatch, tmp_path):
+    """With probes that see the truth, every "tell me when" question of the demo episode is answered on time."""
+    import streamvid.adapters.base
+    from streamvid.eval.score import score_files
+
+    monkeypatch.setattr(streamvid.adapters.base, "load_adapter", lambda *a, **k: OracleAdapter(adapter, frame_times))
+    cfg = _cfg(max_new_tokens=2, memory_top_k=2)
+    report = score_files([DEMO / "episodes.jsonl"], cfg, tmp_path)
+    pro = report["proactive"]
+    forward = [e for e in json.loads((DEMO / "episodes.jsonl").read_text())["events"] if e.get("task") == "forward"]
+    assert pro["questions"] == pro["gold_windows"] == len(forward) >= 3
+    assert pro["timeliness_f1_k1"] == {"f1": 1.0, "precision": 1.0, "recall": 1.0}
+    assert pro["false_alerts"] == 0 and pro["missed_windows"] == 0
+    assert 0.0 <= pro["delay_s_median"] <= pro["delay_s_p90"] <= 2.5
+    trace = [json.loads(line) for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
+    alerts = [r for r in trace if r["type"] == "alert"]
+    assert sorted(r["event_id"] for r in alerts) == sorted(e["id"] for e in forward)
+    acks = [r for r in trace if r["type"] == "answer" and r.get("trigger_id")]
+    assert sorted(r["event_id"] for r in acks) == sorted(e["id"] for e in forward)
