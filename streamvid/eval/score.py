@@ -91,6 +91,7 @@ def run_episodes(episodes: list[dict], config: EngineConfig, trace_path: str | P
             hz = (ep.get("protocol") or {}).get("decision_hz")
             with StreamingAssistant(config.replace(decision_hz=hz or config.decision_hz), adapter=adapter) as sa:
                 outputs = sa.run_simulated(source, questions, probes)
+                stats = sa.reasoning.stats()
             replies = [out for out in outputs if out.kind in ("answer", "probe")]
             event_of = {}  # run question id -> episode event id
             for event, out in zip(events, replies, strict=True):
@@ -101,15 +102,21 @@ def run_episodes(episodes: list[dict], config: EngineConfig, trace_path: str | P
                 if out.kind in ("answer", "probe", "alert"):
                     trace.write(json.dumps({"episode_id": ep["episode_id"], "event_id": event_of.get(out.id, out.id),
                                             **out.to_json()}) + "\n")
+            trace.write(json.dumps({"episode_id": ep["episode_id"], "event_id": None, "type": "stats", **stats}) + "\n")
 
 
 def score_trace(episodes: list[dict], trace_path: str | Path) -> dict:
     outputs = {}
     alerts: dict[tuple[str, str], list[float]] = defaultdict(list)
     last_t: dict[str, float] = defaultdict(float)
+    probes = {"run": 0, "skipped": 0, "forwards": 0}
     for line in Path(trace_path).read_text().splitlines():
         rec = json.loads(line)
         key = (rec["episode_id"], rec["event_id"])
+        if rec["type"] == "stats":
+            for k in probes:
+                probes[k] += rec.get(f"probe_{k}" if k == "forwards" else f"probes_{k}", 0)
+            continue
         if rec["type"] == "alert":
             alerts[key].append(rec["t_s"])
         else:
@@ -154,7 +161,9 @@ def score_trace(episodes: list[dict], trace_path: str | Path) -> dict:
     total_c, total_n = sum(c for c, _ in per_task.values()), sum(n for _, n in per_task.values())
     return {"tasks": tasks, "overall": round(total_c / total_n, 4) if total_n else None, "n": total_n,
             "ttft_ms_median": sorted(ttfts)[len(ttfts) // 2] if ttfts else None,
-            "proactive": timeliness.report(forward, stream_s) if forward else None}
+            "proactive": {**timeliness.report(forward, stream_s), "probes": {
+                **probes, "skipped_share": round(probes["skipped"] / max(1, probes["run"] + probes["skipped"]), 4)}}
+            if forward else None}
 
 
 def load_all(paths: list[str | Path]) -> list[dict]:
