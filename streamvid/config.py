@@ -31,13 +31,13 @@ class EngineConfig:
     # speaking up (DESIGN.md §5): standing triggers and narration, decided on each new chunk
     decision_hz: float | None = None  # at most this many decisions per second of stream; None: every chunk
     probe_batch: int = 8  # trigger probes per batched forward (questions are served between batches)
-    gate_min_novelty: float = 0.01  # re-probe when the chunk's vector moved this far (cosine) from the last probed
-    gate_max_skip_s: float = 5.0  # ... or this long after the last probe anyway; gate_min_novelty=0 probes always
+    gate_min_novelty: float = 0.05  # re-probe when the chunk's tokens moved this far from those at the last probe
+    gate_max_skip_s: float = 5.0  # ... or this long after it anyway (proactive.ChangeGate); 0 novelty: always
     narrate: bool = False  # comment on the scene without being asked ({"type": "say"} outputs)
     narrate_prompt: str = "What do you see?"
     narrate_min_gap_s: float = 3.0  # stream seconds between two looks
     narrate_max_silence_s: float = 30.0  # look again after this long without a remark, changed scene or not
-    narrate_min_novelty: float = 0.02  # scene change (cosine distance of chunk vectors) that makes a look due
+    narrate_min_novelty: float = 0.1  # scene change (proactive.novelty of chunk tokens) that makes a look due
     join_timeout_s: float = 2.0
 
     def __post_init__(self):

@@ -80,19 +80,31 @@ class FiringRule:
         return False
 
 
-def novelty(vector: np.ndarray | None, reference: np.ndarray | None) -> float:
-    """Cosine distance 1 - cos(vector, reference) in [0, 2]; 1.0 when either is missing (always novel)."""
-    if vector is None or reference is None:
+def novelty(scene: np.ndarray | None, reference: np.ndarray | None) -> float:
+    """How far a chunk's scene is from a reference scene; 1.0 when either is missing (always novel).
+
+    Vectors (d,): the cosine distance 1 - cos. Token features (n, d), one row per token of the chunk: the
+    symmetric Hausdorff distance under cosine distance, the largest distance from any token of one scene to its
+    nearest token in the other. It ignores where a token sits (an object that moved to another cell has a near
+    twin in the reference) but sees one token unlike any before (an object that came, went or changed)."""
+    if scene is None or reference is None:
         return 1.0
-    a, b = np.asarray(vector, np.float64), np.asarray(reference, np.float64)
-    denom = float(np.linalg.norm(a) * np.linalg.norm(b))
-    return 1.0 - float(a @ b) / denom if denom > 0 else 1.0
+    a, b = np.asarray(scene, np.float64), np.asarray(reference, np.float64)
+    if a.shape[-1] != b.shape[-1] or a.ndim != b.ndim:
+        return 1.0
+    if a.ndim == 1:
+        denom = float(np.linalg.norm(a) * np.linalg.norm(b))
+        return 1.0 - float(a @ b) / denom if denom > 0 else 1.0
+    a = a / np.maximum(np.linalg.norm(a, axis=1, keepdims=True), 1e-12)
+    b = b / np.maximum(np.linalg.norm(b, axis=1, keepdims=True), 1e-12)
+    dist = 1.0 - a @ b.T  # (n_a, n_b)
+    return float(max(dist.min(axis=1).max(), dist.min(axis=0).max()))
 
 
 class ChangeGate:
-    """Skips work on unchanged scenes: look again only when the chunk's vector moved at least `min_novelty`
-    (cosine distance) from the vector at the last look, or `max_skip_s` of stream passed since that look.
-    `min_novelty=0` looks at every chunk. Counts what it let through and what it skipped."""
+    """Skips work on unchanged scenes: look again only when the chunk's scene (a vector or token features, see
+    `novelty`) moved at least `min_novelty` from the scene at the last look, or `max_skip_s` of stream passed
+    since that look. `min_novelty=0` looks at every chunk. Counts what it let through and what it skipped."""
 
     def __init__(self, min_novelty: float, max_skip_s: float):
         if min_novelty < 0:
@@ -106,14 +118,14 @@ class ChangeGate:
         self.looked = 0
         self.skipped = 0
 
-    def should_look(self, vector: np.ndarray | None, t_s: float) -> bool:
+    def should_look(self, scene: np.ndarray | None, t_s: float) -> bool:
         if self.reference_t_s is None or self.min_novelty == 0 or t_s - self.reference_t_s >= self.max_skip_s:
             return True
-        return novelty(vector, self.reference) >= self.min_novelty
+        return novelty(scene, self.reference) >= self.min_novelty
 
-    def look(self, vector: np.ndarray | None, t_s: float) -> None:
+    def look(self, scene: np.ndarray | None, t_s: float) -> None:
         """Record that the scene was looked at now (the new reference)."""
-        self.reference, self.reference_t_s = vector, t_s
+        self.reference, self.reference_t_s = scene, t_s
         self.looked += 1
 
     def skip(self) -> None:
@@ -150,19 +162,19 @@ class NarrationPolicy:
         self.last_text: str | None = None
         self.last_said_s: float | None = None
         self.last_look_s: float | None = None
-        self._look_vector: np.ndarray | None = None
+        self._look_scene: np.ndarray | None = None
 
-    def due(self, vector: np.ndarray | None, t_s: float) -> bool:
+    def due(self, scene: np.ndarray | None, t_s: float) -> bool:
         if self.last_look_s is None:
             return True
         if t_s - self.last_look_s < self.min_gap_s:
             return False
         silent_s = t_s - (self.last_said_s if self.last_said_s is not None else self.last_look_s)
-        return silent_s >= self.max_silence_s or novelty(vector, self._look_vector) >= self.min_novelty
+        return silent_s >= self.max_silence_s or novelty(scene, self._look_scene) >= self.min_novelty
 
-    def offer(self, text: str, vector: np.ndarray | None, t_s: float) -> bool:
+    def offer(self, text: str, scene: np.ndarray | None, t_s: float) -> bool:
         """Record a look at t_s that generated `text`; True when it should be said."""
-        self.last_look_s, self._look_vector = t_s, vector
+        self.last_look_s, self._look_scene = t_s, scene
         text = text.strip()
         if not text or same_remark(text, self.last_text):
             return False

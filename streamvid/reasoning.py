@@ -22,6 +22,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from streamvid.adapters.base import VideoLLMAdapter
 from streamvid.adapters.base import Context
 from streamvid.config import EngineConfig
@@ -107,12 +109,21 @@ class TriggerSet:
             return len(self._items)
 
 
+def scene_features(block: Block) -> np.ndarray:
+    """(n_tokens, kv_heads * head_dim) float32: the block's values at the first decoder layer, one row per token.
+    Values carry no position, so the same content at another time or place gives the same rows: what the change
+    gate and narration compare chunks by (proactive.novelty). Free: the block holds them already."""
+    v = block.values[0][0].float()  # (kv_heads, n_tokens, head_dim)
+    return v.permute(1, 0, 2).reshape(v.shape[1], -1).cpu().numpy()
+
+
 @dataclass
 class _Round:
     """What is left to decide for one new chunk: trigger probes (in batches), then a narration look."""
 
     block: Block  # the newest block of the snapshot
     t_s: float  # stream time of its last frame: when the decision is made
+    scene: np.ndarray  # (n_tokens, kv_heads * head_dim) the block's token features (see scene_features)
     context: Context | None = None  # sinks + window snapshot, shared by every forward of the round
     todo: list[Trigger] = field(default_factory=list)
     narrate: bool = False
@@ -213,11 +224,11 @@ class ReasoningWorker:
         if hz is not None and self._last_decision_s is not None and t_s - self._last_decision_s < 1.0 / hz - 1e-9:
             return None
         self._last_decision_s = t_s
-        r = _Round(block, t_s)
+        r = _Round(block, t_s, scene_features(block))
         active = self.triggers.active()
         if active:
-            if self.gate.should_look(block.vector, t_s):
-                self.gate.look(block.vector, t_s)
+            if self.gate.should_look(r.scene, t_s):
+                self.gate.look(r.scene, t_s)
                 r.todo = active
             else:
                 self.gate.skip()
@@ -226,7 +237,7 @@ class ReasoningWorker:
                     if tr.score is not None:  # unchanged scene: the last score holds for this chunk too
                         self.probes_skipped += 1
                         self._update(tr, tr.score, r, emit)
-        r.narrate = self.narration is not None and self.narration.due(block.vector, t_s)
+        r.narrate = self.narration is not None and self.narration.due(r.scene, t_s)
         if not r.todo and not r.narrate:
             return None
         r.context = layout(snap.sinks, (), snap.blocks, self.adapter.rope_inv_freq)
@@ -257,7 +268,7 @@ class ReasoningWorker:
             if not self.questions.empty():
                 return  # a question came in: it goes first; this look is not counted and is due again
             pieces.append(piece)
-        if self.narration.offer("".join(pieces), r.block.vector, r.t_s):
+        if self.narration.offer("".join(pieces), r.scene, r.t_s):
             self.remarks += 1
             emit(Output("say", "", self.narration.last_text, {"t_s": round(r.t_s, 3)}))
 

@@ -98,6 +98,20 @@ def test_change_gate_skips_unchanged_scenes_and_looks_after_max_skip():
     assert always.should_look(a, 0.5)
 
 
+def test_token_novelty_ignores_where_a_token_sits_and_sees_a_new_one():
+    e = np.eye(4, dtype=np.float32)
+    scene = np.stack([e[0], e[0], e[1]])  # background, background, an object
+    moved = np.stack([e[1], e[0], e[0]])  # the object in another cell
+    assert novelty(moved, scene) == pytest.approx(0.0, abs=1e-9)
+    came = np.stack([e[0], e[2], e[1]])  # a new object: nothing like it before
+    assert novelty(came, scene) == pytest.approx(1.0)
+    went = np.stack([e[0], e[0], e[0]])  # the object left: a reference token has no twin any more
+    assert novelty(went, scene) == pytest.approx(1.0)
+    half = np.stack([e[0], e[0], (e[1] + e[3]) / np.sqrt(2)])  # the object changed halfway: cos 1/sqrt(2)
+    assert novelty(half, scene) == pytest.approx(1 - 1 / np.sqrt(2))
+    assert novelty(scene, None) == 1.0 and novelty(scene, e[0]) == 1.0  # no reference / not comparable
+
+
 @pytest.mark.parametrize("a,b,same", [
     ("blue star, red circle", "Red circle, blue star.", True),
     ("blue star and red circle", "blue star, red circle", True),
