@@ -11,7 +11,8 @@ import pytest
 
 from streamvid.synth import ALL_FAMILIES, COLOURS, SHAPES, describe, generate, render, sample_qa, write_dataset
 from streamvid.synth.questions import FAMILIES
-from streamvid.synth.world import MIN_STAY_S, Obj, Timeline, h264_encoder, shape_mask, write_mp4
+from streamvid.synth.world import (CELL_PX, FRAME_PX, MIN_STAY_S, Obj, Timeline, cell_grid, h264_encoder, shape_mask,
+                                   write_mp4)
 
 WINDOW_S = 16.0
 PALETTE = np.array(list(COLOURS.values()), float)
@@ -52,12 +53,13 @@ def test_invariants_over_ten_minutes(long_tl, long_frames):
     for objs in long_frames:
         assert len(objs) <= 3
         assert len({o.shape for o in objs}) == len(objs) and len({o.colour for o in objs}) == len(objs)
+        assert len({o.cell for o in objs}) == len(objs)  # one object per cell
         for o in objs:
-            assert 0.2 <= o.size <= 0.4 and o.size / 2 <= o.x <= 1 - o.size / 2 and o.size / 2 <= o.y <= 1 - o.size / 2
+            col, row = o.cell
+            assert abs(o.x - (col + 0.5) / 4) <= 1.5 / FRAME_PX + 1e-9 and abs(o.y - (row + 0.5) / 4) <= 1.5 / FRAME_PX + 1e-9
+            assert 0.7 * 0.25 <= o.size <= 0.85 * 0.25  # fills most of its cell
             shapes.add(o.shape)
             colours.add(o.colour)
-        for i, o in enumerate(objs):  # no overlap: the shapes' bounding circles are apart
-            assert all(math.dist((o.x, o.y), (p.x, p.y)) >= (o.size + p.size) / 2 for p in objs[i + 1:])
     assert len(shapes) >= 5 and colours == set(COLOURS)
     counts = {len(objs) for objs in long_frames}
     assert counts == {0, 1, 2, 3}
@@ -73,8 +75,29 @@ def test_invariants_over_ten_minutes(long_tl, long_frames):
             assert here[e.obj_id] == e.colour and e.obj_id not in before
         elif e.kind == "leave":
             assert e.obj_id in before and e.obj_id not in here
+        elif e.kind == "move":
+            old = {o.id: o.cell for o in long_frames[k - 1]}
+            new = {o.id: o.cell for o in long_frames[k]}
+            assert (old[e.obj_id], new[e.obj_id]) == (e.old_cell, e.cell) and e.cell != e.old_cell
         else:
             assert (before[e.obj_id], here[e.obj_id]) == (e.old_colour, e.colour)
+
+
+def test_every_object_stays_inside_one_token_cell_in_the_pixels(long_tl):
+    """From the rendered pixels alone: each shape colour's pixels fall inside exactly one 28-px cell, the cell the
+    timeline names, and the objects move by hopping between cells."""
+    assert cell_grid({"video_processor": {"patch_size": 14, "merge_size": 2}}) == FRAME_PX // CELL_PX == 4
+    checked, moves = 0, sum(e.kind == "move" for e in long_tl.events)
+    for k in range(0, long_tl.n_frames, 7):
+        img = render(long_tl, k / long_tl.fps).reshape(-1, 3).astype(float)
+        d = np.abs(img[:, None] - PALETTE[None]).mean(2)
+        for o in long_tl.objects_at(k / long_tl.fps):
+            i = NAMES.index(o.colour)
+            ys, xs = np.divmod(np.flatnonzero((d.argmin(1) == i) & (d.min(1) < 12)), FRAME_PX)
+            assert len(ys) > 100, (k, o)
+            assert {(int(x) // CELL_PX, int(y) // CELL_PX) for x, y in zip(xs, ys)} == {o.cell}, (k, o)
+            checked += 1
+    assert checked > 100 and moves > 20
 
 
 def test_render_shapes_are_drawn_at_their_centres():

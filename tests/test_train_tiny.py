@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from streamvid.adapters.qwen2_5_vl import QwenVLAdapter
-from streamvid.adapters.train_tiny import CELL_PX, TrainConfig, _Data, train
+from streamvid.training.train_tiny import CELL_PX, TrainConfig, _Data, train
 from streamvid.cli import build_parser
 from streamvid.reasoning import stream_times
 from streamvid.synth.world import COLOURS
@@ -42,7 +42,7 @@ def test_samples_follow_the_engine_layout(data):
         s = data.sample(4)
         assert all(c[0] % fpc == 0 and len(c) == fpc for c in s["chunks"])  # chunks on the engine's grid
         assert [c[0] for c in s["chunks"]] == sorted(c[0] for c in s["chunks"])  # time order
-        assert s["turns"][-1] == (s["question"], s["answer"])
+        assert s["turns"][-1] == (s["question"], s["answer"], s["family"])
     cfg = TrainConfig(out_dir=data.cfg.out_dir, n_timelines=1, minutes=1.0, families={"backward_at_time": 1.0})
     timed = _Data(cfg, np.random.default_rng(1))
     s = timed.sample(2)
@@ -50,6 +50,39 @@ def test_samples_follow_the_engine_layout(data):
     assert len(s["turns"]) == 1 and len(s["chunks"]) <= cfg.top_k
     (t,) = stream_times(s["question"], now_s=timed.timelines[0].duration_s)
     assert all(abs(c[0] / cfg.fps - t) <= fpc / cfg.fps for c in s["chunks"])
+
+
+def test_answers_are_taught_to_look_at_the_named_object_in_the_newest_block(data, tmp_path_factory):
+    """The attention targets of a question about now are the newest block's cells whose decoded pixels show the
+    colour the question names."""
+    from streamvid.training.train_tiny import _Batcher, _mentions
+
+    cfg = TrainConfig(out_dir=data.cfg.out_dir, n_timelines=1, minutes=1.0, families={"realtime_shape": 1.0})
+    shape_data = _Data(cfg, np.random.default_rng(3))
+    from streamvid.adapters.tiny import build_tiny_checkpoint
+
+    adapter = QwenVLAdapter(str(build_tiny_checkpoint(tmp_path_factory.mktemp("m"), hidden=32, layers=2)))
+    batcher = _Batcher(adapter, shape_data)
+    g = cfg.frame_px // CELL_PX
+    checked = 0
+    for _ in range(6):
+        s = shape_data.sample(3, max_turns=1)
+        batch = batcher.build([s])
+        (_, pos, targets), = [look for look in batch["looks"] if look[1] == max(p for _, p, _ in batch["looks"])]
+        _, a, b = batch["chunk_spans"][-1]
+        assert all(a <= t < b for t in targets)  # the newest block only
+        assert batch["input_ids"][0, pos + 1] == adapter.tokenizer.encode(s["answer"])[0]  # predicts the answer
+        _, colour = _mentions(s["question"])
+        palette = np.array(list(COLOURS.values()))
+        images = np.stack([shape_data.frame(s["ti"], k) for k in s["chunks"][-1]]).astype(int)  # the block's frames
+        for t in targets:
+            r, c = divmod(t - a, g)
+            cell = images[:, r * CELL_PX:(r + 1) * CELL_PX, c * CELL_PX:(c + 1) * CELL_PX].reshape(-1, 3)
+            d = np.abs(cell[:, None] - palette[None]).mean(2)  # (pixels, colours)
+            named = (d.argmin(1) == list(COLOURS).index(colour)) & (d.min(1) < 45)
+            assert named.mean() > 0.05, (colour, named.mean())
+            checked += 1
+    assert checked >= 6
 
 
 def test_train_saves_a_checkpoint_the_engine_loads(tmp_path):

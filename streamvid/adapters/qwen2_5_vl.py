@@ -55,6 +55,7 @@ class QwenVLAdapter:
         n_layers = text_cfg.num_hidden_layers
         if not 0 <= index_layer < n_layers:
             raise ValueError(f"index_layer must be in [0, {n_layers}), got {index_layer}")
+        self.index_layer = index_layer
         self._attn = self._lm.layers[index_layer].self_attn
         self._kv_heads = text_cfg.num_key_value_heads
         self._heads = text_cfg.num_attention_heads
@@ -117,13 +118,11 @@ class QwenVLAdapter:
 
     def question_vector(self, text: str) -> np.ndarray:
         """Mean pre-RoPE query of the question's tokens at the index layer, heads averaged within each KV group,
-        so it lives in the same space as the blocks' mean pre-RoPE keys."""
+        so it lives in the same space as the blocks' mean pre-RoPE keys. The forward stops at that layer."""
         ids = self._ids(text)
-        with self.lock, torch.inference_mode(), self._capture("q") as captured:
-            self._forward(ids, self._text_positions(0, ids.shape[1]), None, use_cache=False)
-        q = captured[0][0].float().mean(0)  # (heads * head_dim,)
-        q = q.view(self._kv_heads, self._heads // self._kv_heads, self._head_dim).mean(1)
-        return _unit(q.reshape(-1))
+        with self.lock, torch.inference_mode():
+            q = mean_queries(self.model, [ids[0].tolist()], self.index_layer, self.device)[0]
+        return _unit(q)
 
     # ---- answering --------------------------------------------------------------------------------------
     def generate(self, context: Context, prompt: str, max_new_tokens: int,
@@ -223,6 +222,42 @@ class QwenVLAdapter:
 
     def _word_ids(self, words: list[str]) -> set[int]:
         return {self.tokenizer.encode(w, add_special_tokens=False)[0] for w in words}
+
+
+class _StopForward(Exception):
+    """Raised from a hook to end a forward once the layer of interest has run its projection."""
+
+
+def mean_queries(model, texts: Sequence[Sequence[int]], layer: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """(n, kv_heads * head_dim): per text (token ids), the mean pre-RoPE query at decoder `layer`, heads averaged
+    within each KV group (the space of the mean pre-RoPE keys that index the blocks). The forward runs the layers
+    below `layer` and stops at its q_proj: no later layers, no LM head. Differentiable: training uses it too."""
+    cfg = model.config.get_text_config()
+    heads, kv = cfg.num_attention_heads, cfg.num_key_value_heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    proj = model.model.language_model.layers[layer].self_attn.q_proj
+    captured: list[torch.Tensor] = []
+
+    def stop(_m, _i, out):
+        captured.append(out)
+        raise _StopForward
+
+    handle = proj.register_forward_hook(stop)
+    out = []
+    try:
+        for ids in texts:
+            captured.clear()
+            n = len(ids)
+            try:
+                model(input_ids=torch.tensor([list(ids)], device=device),
+                      position_ids=torch.arange(n, device=device).view(1, 1, n).expand(3, 1, n), use_cache=False)
+            except _StopForward:
+                pass
+            q = captured[0][0].float().mean(0)  # (heads * head_dim,)
+            out.append(q.view(kv, heads // kv, head_dim).mean(1).reshape(-1))
+    finally:
+        handle.remove()
+    return torch.stack(out)
 
 
 def _unit(v: torch.Tensor) -> np.ndarray:

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from .questions import ALL_FAMILIES, FAMILIES, QA
-from .world import EPS, Timeline, generate, write_mp4
+from .world import CELL_PX, EPS, FRAME_PX, Timeline, generate, write_mp4
 
 EXACT = {"realtime_count", "realtime_exists", "probe"}
 TIMING = {"sigma_early": 1.5, "sigma_late": 0.75}
@@ -82,14 +82,15 @@ def make_episode(timeline: Timeline, video_path: str | Path, rng: np.random.Gene
     }
 
 
-def write_dataset(seed: int, minutes: float, out_dir: str | Path, fps: float = 2.0, size: int = 112,
-                  window_s: float = 16.0, n_questions_per_family: int | None = None) -> list[Path]:
+def write_dataset(seed: int, minutes: float, out_dir: str | Path, fps: float = 2.0, size: int = FRAME_PX,
+                  window_s: float = 16.0, n_questions_per_family: int | None = None, grid: int | None = None) -> list[Path]:
     """Write the mp4, the timeline JSON and episodes.jsonl; returns their paths in that order.
 
-    n_questions_per_family defaults to 3 per minute of stream (at least 2)."""
+    n_questions_per_family defaults to 3 per minute of stream (at least 2); grid (cells per side) defaults to one
+    cell per 28-px token of a `size`-px frame."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tl = generate(seed, minutes * 60.0, fps)
+    tl = generate(seed, minutes * 60.0, fps, grid or size // CELL_PX)
     video = write_mp4(tl, out / f"shapes_{seed}.mp4", size=size)
     tl_path = out / f"shapes_{seed}.timeline.json"
     tl_path.write_text(json.dumps(tl.to_json()))

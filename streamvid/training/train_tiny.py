@@ -8,8 +8,14 @@ for a memory question some of the blocks that show the evidence plus older distr
 now, older blocks that may contradict the present (so the model learns to read "is" from the window); a question
 that names a time gets the blocks at that time and no window, as the engine answers it.
 
-Three signals:
+ShapesWorld puts every object inside one cell of the model's merged-token grid (`synth.world`), so each vision
+token shows at most one object. Four signals:
 - next-token loss on the answers (several questions per context, earlier ones as dialogue turns);
+- where to look (`_attention_loss`): at the position that predicts each answer's first token, two heads of one
+  middle decoder layer are taught to attend to the vision tokens of the object(s) the question is about — in the
+  newest block for a question about now, in the retrieved blocks for a question about the past. Without it the
+  answer takes the colour of the right object but a shape from elsewhere, and older blocks in the context (the
+  same shape in another colour) pull answers about now into the past;
 - dense vision supervision (`_vision_aux`): per merged vision token, which colours and shapes cover its cell,
   detected by the input embeddings of the words themselves, so what is seen and the words asking for it share
   directions; and the object count per chunk;
@@ -17,7 +23,10 @@ Three signals:
   video tokens and the mean pre-RoPE query of the question's tokens (GQA heads averaged). Nothing mixes tokens
   before layer 0's projections, so those vectors are the same here as in the engine.
 
-The first `short_window_frac` of the steps see 1-3 window blocks and no old blocks for questions about now.
+Before the main loop the vision tower (with the word embeddings it is scored against) learns alone for
+`vision_warmup_steps` steps on freshly drawn single-frame grid scenes; the learning rate then follows a cosine over
+the main steps or the time budget, whichever runs out first. The first `short_window_frac` of that progress sees
+1-3 window blocks and no old blocks for questions about now.
 """
 
 from __future__ import annotations
@@ -35,11 +44,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from streamvid.adapters.qwen2_5_vl import QwenVLAdapter
+from streamvid.adapters.qwen2_5_vl import QwenVLAdapter, mean_queries
 from streamvid.adapters.tiny import build_tiny_checkpoint
 from streamvid.synth.questions import sample_qa
 from streamvid.sources import FileSource
-from streamvid.synth.world import COLOURS, SHAPES, Timeline, generate, shape_mask, write_mp4
+from streamvid.synth.world import (BACKGROUNDS, CELL_PX, COLOURS, JITTER_PX, SHAPES, SIZE_RANGE, Obj, Timeline, draw,
+                                   generate, shape_mask, write_mp4)
 
 log = logging.getLogger(__name__)
 
@@ -48,14 +58,13 @@ FAMILY_WEIGHTS = {"realtime_colour": 1.0, "realtime_shape": 1.0, "realtime_count
                   "probe": 1.0, "backward_colour": 1.5, "backward_shape": 1.5, "backward_at_time": 1.0}
 _WORDS = re.compile(r"[a-z]+")
 N_EVAL_TIMELINES = 2
-CELL_PX = 28  # pixels on a side of one merged vision token (patch 14, spatial merge 2)
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     out_dir: Path
     seed: int = 0
-    steps: int | None = None  # None: 2,600
+    steps: int | None = None  # None: 6,000 (the time budget usually ends training first)
     batch: int = 8
     lr: float = 1e-3
     weight_decay: float = 0.1
@@ -71,7 +80,11 @@ class TrainConfig:
     contrastive_weight: float = 1.0
     short_window_frac: float = 0.3  # the first steps see 1-3 window blocks: fewer distractors while binding is learnt
     max_turns: int = 8  # questions per context (earlier ones about now, as earlier dialogue turns in the engine)
-    time_budget_s: float = 50 * 60
+    time_budget_s: float = 105 * 60
+    vision_warmup_steps: int = 400
+    warmup_scenes: int = 32  # fresh scenes per vision warm-up step
+    attention_layer: int = 2  # decoder layer whose heads 0 and 1 learn where to look
+    attention_weight: float = 0.5
     log_every: int = 50
     eval_every: int = 300
     eval_samples: int = 160
@@ -89,7 +102,7 @@ class _Data:
         self.rng = rng
         seeds = [cfg.seed * 100_000 + i for i in range(cfg.n_timelines)]
         seeds += [cfg.seed * 100_000 + 50_000 + i for i in range(N_EVAL_TIMELINES)]  # held out: progress checks
-        self.timelines = [generate(s, cfg.minutes * 60, cfg.fps) for s in seeds]
+        self.timelines = [generate(s, cfg.minutes * 60, cfg.fps, cfg.frame_px // CELL_PX) for s in seeds]
         self.train_ids = list(range(cfg.n_timelines))
         self.eval_ids = list(range(cfg.n_timelines, len(seeds)))
         with tempfile.TemporaryDirectory(prefix="streamvid-train-") as tmp:
@@ -156,15 +169,15 @@ class _Data:
             retrieved = self._retrieved(tl, qa, past, chunk_s, rng, now_only_window=short)
             if retrieved is None:
                 continue
-            turns = {}  # earlier questions (distinct) -> answers: more supervision for the same context
+            turns = {}  # earlier questions (distinct) -> (answer, family): more supervision for the same context
             if qa.family == "backward_at_time":
                 window = []
             elif max_turns > 1:
                 for f in rng.choice(REALTIME, int(rng.integers(0, max_turns))):
                     if (e := sample_qa(tl, t_now, rng, window_blocks * chunk_s, [str(f)])) is not None:
-                        turns.setdefault(e.text, e.answer)
+                        turns.setdefault(e.text, (e.answer, e.family))
             turns.pop(qa.text, None)
-            turns = [*turns.items(), (qa.text, qa.answer)]
+            turns = [(q, a, f) for q, (a, f) in turns.items()] + [(qa.text, qa.answer, qa.family)]
             chunks = sorted(retrieved, key=lambda c: c[0]) + window
             return {"ti": ti, "chunks": chunks, "turns": turns, "question": qa.text, "family": qa.family,
                     "answer": qa.answer}
@@ -237,9 +250,10 @@ class _Batcher:
 
     def build(self, samples: list[dict]) -> dict:
         a, tok = self.a, self.a.tokenizer
-        rows, labels, pixels, grids, chunk_spans, chunk_meta = [], [], [], [], [], []
+        rows, labels, pixels, grids, chunk_spans, chunk_meta, looks = [], [], [], [], [], [], []
         for si, s in enumerate(samples):
             ids = list(self.sink_ids)
+            first_span = len(chunk_spans)
             for frames in s["chunks"]:
                 video = a.video_processor(videos=[np.stack([self.data.frame(s["ti"], k) for k in frames])],
                                           return_tensors="pt", do_sample_frames=False, cap_pixels_per_frame=True)
@@ -253,11 +267,15 @@ class _Batcher:
             lab = [-100] * len(ids)
             # the engine's prompt with earlier turns as dialogue (`adapter.prompt`), answers labelled; special
             # tokens split the text, so the pieces tokenize exactly as the whole string does
-            for n, (question, answer) in enumerate(s["turns"]):
+            spans = chunk_spans[first_span:]
+            for n, (question, answer, family) in enumerate(s["turns"]):
                 prompt = tok.encode(("\n<|im_start|>user\n" if n else "") + a.prompt(question),
                                     add_special_tokens=False)
                 answer_ids = tok.encode(answer, add_special_tokens=False) + [self.end_id]
                 lab += [-100] * len(prompt) + answer_ids
+                targets = self._look_at(s, spans, question, family)
+                if targets:
+                    looks.append((si, len(ids) + len(prompt) - 1, targets))
                 ids += prompt + answer_ids
             rows.append(ids)
             labels.append(lab)
@@ -282,21 +300,25 @@ class _Batcher:
         questions = [tok.encode(s["question"], add_special_tokens=False) for s in samples]  # the last turn
         return {"input_ids": input_ids, "labels": label_t, "attention_mask": mask, "position_ids": pos,
                 "pixel_values_videos": torch.cat(pixels), "video_grid_thw": grid_all,
-                "chunk_spans": chunk_spans, "chunk_meta": chunk_meta, "questions": questions, "samples": samples}
+                "chunk_spans": chunk_spans, "chunk_meta": chunk_meta, "questions": questions, "samples": samples,
+                "looks": looks}
 
-
-def _question_vectors(model, questions: list[list[int]]) -> torch.Tensor:
-    """Layer-0 mean pre-RoPE queries, heads averaged per KV group: (n, kv_heads * head_dim)."""
-    lm = model.model.language_model
-    layer = lm.layers[0]
-    cfg = model.config.get_text_config()
-    heads, kv = cfg.num_attention_heads, cfg.num_key_value_heads
-    out = []
-    for q in questions:
-        h = layer.input_layernorm(lm.embed_tokens(torch.tensor(q)))
-        v = layer.self_attn.q_proj(h).mean(0)
-        out.append(v.view(kv, heads // kv, -1).mean(1).reshape(-1))
-    return torch.stack(out)
+    def _look_at(self, s: dict, spans: list[tuple[int, int, int]], question: str, family: str) -> list[int]:
+        """Token positions of the vision tokens the answer to `question` has to read: the cells that show what the
+        question names (any object, for questions that name nothing), in the newest block for a question about
+        now, in every block for one about the past (the retrieved blocks; a timed question has no window)."""
+        chunks = list(zip(spans, s["chunks"]))
+        if family in REALTIME:
+            chunks = chunks[-1:]
+        shape, colour = _mentions(question)
+        cols = [len(COLOURS) + SHAPES.index(shape)] if shape else []
+        cols += [list(COLOURS).index(colour)] if colour else []
+        out = []
+        for (_, a, b), frames in chunks:
+            attributes = self.data.cell_attributes(s["ti"], frames)
+            hit = attributes[:, cols].any(1) if cols else attributes.any(1)
+            out += [a + int(i) for i in np.flatnonzero(hit) if a + int(i) < b]
+        return out
 
 
 def train(cfg: TrainConfig) -> dict:
@@ -311,7 +333,8 @@ def train(cfg: TrainConfig) -> dict:
     data = _Data(cfg, rng)
     batcher = _Batcher(adapter, data)
     eval_set = data.eval_set(cfg.eval_samples)
-    steps = cfg.steps or 2600
+    steps = cfg.steps or 6000
+    model.set_attn_implementation("eager")  # the attention loss reads the attention weights
     captured: list[torch.Tensor] = []
     hook = model.model.language_model.layers[0].self_attn.k_proj.register_forward_hook(
         lambda _m, _i, o: captured.append(o))
@@ -331,16 +354,22 @@ def train(cfg: TrainConfig) -> dict:
     seen = {id(p) for p in vision}
     groups = [{"params": [*vision, *aux_params], "lr": 2 * cfg.lr},
               {"params": [p for p in model.parameters() if id(p) not in seen], "lr": cfg.lr}]
-    opt = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / 100) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
     t0 = time.perf_counter()
-    history = []
+    history = _vision_warmup(model, cfg, rng, merged, words, attr_bias, count_head)
+    opt = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
+    t0 = time.perf_counter()
+
+    def progress(step: int) -> float:  # main steps or time budget, whichever runs out first
+        return min(1.0, max(step / steps, (time.perf_counter() - t0) / cfg.time_budget_s))
+
     step = 0
     for step in range(steps):
+        done = progress(step)
+        for group, base in zip(opt.param_groups, (2 * cfg.lr, cfg.lr)):
+            group["lr"] = base * min(1.0, (step + 1) / 100) * 0.5 * (1 + math.cos(math.pi * done))
         # the window length varies by batch: 1-3 blocks at first (few distractors while the model learns to bind
         # what it is asked about to what it sees), then up to and mostly at the engine's length
-        short = step < cfg.short_window_frac * steps
+        short = done < cfg.short_window_frac
         if short:
             w = int(rng.integers(1, 4))
         else:
@@ -348,21 +377,22 @@ def train(cfg: TrainConfig) -> dict:
         batch = batcher.build([data.sample(w, short=short) for _ in range(cfg.batch)])
         captured.clear()
         merged.clear()
-        logits = _logits(model, batch)
+        res = _forward(model, batch, output_attentions=True)
+        logits = res.logits
         lm_loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), batch["labels"][:, 1:].reshape(-1))
         c_loss = _contrastive(model, batch, captured[0], data)
         v_loss = _vision_aux(merged[0], batch, data, model.get_input_embeddings(), words, attr_bias, count_head)
-        loss = lm_loss + cfg.contrastive_weight * c_loss + v_loss
+        a_loss = _attention_loss(res.attentions[cfg.attention_layer], batch["looks"])
+        loss = lm_loss + cfg.contrastive_weight * c_loss + v_loss + cfg.attention_weight * a_loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        sched.step()
         over_budget = time.perf_counter() - t0 > cfg.time_budget_s
         last = step == steps - 1 or over_budget
         if step % cfg.log_every == 0 or last:
             rec = {"step": step, "lm_loss": round(lm_loss.item(), 4), "contrastive": round(c_loss.item(), 4),
-                   "vision_aux": round(v_loss.item(), 4),
+                   "vision_aux": round(v_loss.item(), 4), "attention": round(a_loss.item(), 4),
                    "elapsed_s": round(time.perf_counter() - t0, 1)}
             if (step and step % cfg.eval_every == 0) or last:
                 rec["held_out"] = _evaluate(model, batcher, eval_set)
@@ -384,10 +414,74 @@ def train(cfg: TrainConfig) -> dict:
     return record
 
 
-def _logits(model, batch: dict) -> torch.Tensor:
-    """The model's logits over a batch from `_Batcher.build`."""
+def _forward(model, batch: dict, **kw):
+    """The model's output over a batch from `_Batcher.build`."""
     keys = ("input_ids", "attention_mask", "position_ids", "pixel_values_videos", "video_grid_thw")
-    return model(**{k: batch[k] for k in keys}).logits
+    return model(**{k: batch[k] for k in keys}, **kw)
+
+
+def _attention_loss(attentions: torch.Tensor, looks: list[tuple[int, int, list[int]]]) -> torch.Tensor:
+    """-log of the attention mass that heads 0 and 1 put on the vision tokens an answer has to read, at the position
+    that predicts the answer's first token. attentions: (batch, heads, L, L)."""
+    if not looks:
+        return attentions.sum() * 0.0
+    losses = [-torch.log(attentions[row, :2, pos, targets].sum(-1) + 1e-6) for row, pos, targets in looks]
+    return torch.cat(losses).mean()
+
+
+def _vision_warmup(model, cfg: TrainConfig, rng: np.random.Generator, merged: list[torch.Tensor], words: torch.Tensor,
+                   attr_bias: torch.Tensor, count_head: torch.nn.Linear) -> list[dict]:
+    """The vision tower alone on fresh grid scenes (the same dense targets as `_vision_aux`), so that the main
+    loop starts with vision tokens that already tell shapes and colours apart."""
+    if cfg.vision_warmup_steps <= 0:
+        return []
+    embed = model.get_input_embeddings()
+    params = [*model.model.visual.parameters(), attr_bias, *count_head.parameters(), embed.weight]
+    opt = torch.optim.AdamW(params, lr=2 * cfg.lr, weight_decay=0.0)
+    processor = _video_processor(model)
+    history, t0 = [], time.perf_counter()
+    for step in range(cfg.vision_warmup_steps):
+        frames, attributes, counts = zip(*[_scene(rng, cfg.frame_px) for _ in range(cfg.warmup_scenes)])
+        video = processor(videos=[np.stack([f, f]) for f in frames], return_tensors="pt", do_sample_frames=False,
+                          cap_pixels_per_frame=True)
+        merged.clear()
+        model.model.visual(video["pixel_values_videos"], grid_thw=video["video_grid_thw"])
+        loss = _attribute_loss(merged[0], [a for a in attributes], list(counts), embed, words, attr_bias, count_head)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        if step % cfg.log_every == 0 or step == cfg.vision_warmup_steps - 1:
+            rec = {"vision_warmup_step": step, "vision_aux": round(loss.item(), 4),
+                   "elapsed_s": round(time.perf_counter() - t0, 1)}
+            history.append(rec)
+            log.warning("train %s", rec)
+    return history
+
+
+def _video_processor(model):
+    """The checkpoint's own video processor (saved beside the weights by `build_tiny_checkpoint`)."""
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(model.name_or_path).video_processor
+
+
+def _scene(rng: np.random.Generator, px: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """A random grid scene: 0-3 objects of distinct shapes and colours in distinct cells, each centred in its cell
+    with the world's size range and jitter. Returns the frame, its (cells, colours + shapes) labels and the count."""
+    grid = px // CELL_PX
+    n = int(rng.choice(4, p=(0.1, 0.3, 0.35, 0.25)))
+    cells = rng.choice(grid * grid, n, replace=False)
+    shapes, colours = rng.choice(len(SHAPES), n, replace=False), rng.choice(len(COLOURS), n, replace=False)
+    labels = np.zeros((grid * grid, len(COLOURS) + len(SHAPES)), bool)
+    objects = []
+    for cell, si, ci in zip(cells, shapes, colours):
+        jx, jy = rng.uniform(-JITTER_PX, JITTER_PX, 2) / px
+        objects.append(Obj(0, SHAPES[si], list(COLOURS)[ci], (cell % grid + 0.5) / grid + jx,
+                           (cell // grid + 0.5) / grid + jy, rng.uniform(*SIZE_RANGE) / grid))
+        labels[cell, ci] = labels[cell, len(COLOURS) + si] = True
+    background = BACKGROUNDS[int(rng.integers(len(BACKGROUNDS)))]
+    return draw(objects, background, rng, px), labels, n
 
 
 @torch.no_grad()
@@ -397,7 +491,7 @@ def _evaluate(model, batcher: _Batcher, samples: list[dict], batch: int = 8) -> 
     right: dict[str, list[bool]] = {}
     for i in range(0, len(samples), batch):
         b = batcher.build(samples[i:i + batch])
-        logits = _logits(model, b)
+        logits = _forward(model, b).logits
         labels = b["labels"][:, 1:]
         ok = (logits[:, :-1].argmax(-1) == labels) | (labels == -100)
         for s, row in zip(b["samples"], ok.all(-1).tolist()):
@@ -420,13 +514,17 @@ def _vision_aux(merged: torch.Tensor, batch: dict, data: _Data, embed: torch.nn.
     the layer-0 retrieval vectors) from the first steps on. Per chunk, cross-entropy on the number of objects
     (0-3) from the mean of its tokens."""
     cells = [data.cell_attributes(ti, frames) for ti, frames in batch["chunk_meta"]]
+    counts = [min(len(data.timelines[ti].objects_at(frames[-1] / data.cfg.fps)), 3) for ti, frames in batch["chunk_meta"]]
+    return _attribute_loss(merged, cells, counts, embed, words, bias, count_head)
+
+
+def _attribute_loss(merged: torch.Tensor, cells: list[np.ndarray], counts: list[int], embed: torch.nn.Embedding,
+                    words: torch.Tensor, bias: torch.Tensor, count_head: torch.nn.Linear) -> torch.Tensor:
+    """BCE of each merged token's colours and shapes (detected by the words' input embeddings) + chunk counts."""
     attributes = torch.from_numpy(np.concatenate(cells)).float()  # (tokens, colours + shapes)
     logits = merged @ embed.weight[words].T / math.sqrt(merged.shape[-1]) + bias
-    sizes = [len(c) for c in cells]
-    count = torch.tensor([min(len(data.timelines[ti].objects_at(frames[-1] / data.cfg.fps)), 3)
-                          for ti, frames in batch["chunk_meta"]])
-    pooled = torch.stack([t.mean(0) for t in merged.split(sizes)])
-    return F.binary_cross_entropy_with_logits(logits, attributes) + F.cross_entropy(count_head(pooled), count)
+    pooled = torch.stack([t.mean(0) for t in merged.split([len(c) for c in cells])])
+    return F.binary_cross_entropy_with_logits(logits, attributes) + F.cross_entropy(count_head(pooled), torch.tensor(counts))
 
 
 def _contrastive(model, batch: dict, keys: torch.Tensor, data: _Data) -> torch.Tensor:
@@ -434,7 +532,7 @@ def _contrastive(model, batch: dict, keys: torch.Tensor, data: _Data) -> torch.T
     spans = batch["chunk_spans"]
     blocks = torch.stack([keys[si, a:b].mean(0) for si, a, b in spans])
     blocks = F.normalize(blocks, dim=-1)
-    qs = F.normalize(_question_vectors(model, batch["questions"]), dim=-1)
+    qs = F.normalize(mean_queries(model, batch["questions"], 0), dim=-1)
     sim = 20.0 * qs @ blocks.T  # (questions, blocks)
     losses = []
     for qi, s in enumerate(batch["samples"]):

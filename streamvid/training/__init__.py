@@ -1,0 +1,1 @@
+"""Building and training the bundled model (`streamvid train-tiny`); not an adapter."""
