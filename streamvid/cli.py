@@ -2,6 +2,7 @@
 
     streamvid run VIDEO|URL|cam:N [--model M] [--ask T:QUESTION]... [--watch T:CONDITION]... [--narrate]
                   [--fps F] [--realtime] [--window-tokens N] [--memory-top-k K]
+    streamvid demo [--model M] [--video V] [--host 127.0.0.1] [--port 7860] [--auth USER:PASS]
     streamvid score EPISODES.jsonl... [--model M] [--out DIR] [--memory-top-k K] [--from-trace TRACE]
     streamvid synth --seed S --minutes N --out DIR
     streamvid train-tiny --out models/streamvid-tiny
@@ -126,6 +127,26 @@ def cmd_train_tiny(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    from streamvid.app.inputs import InputPolicy
+    from streamvid.app.sessions import SessionManager
+    from streamvid.app.ui import build_demo, check_bind, launch, upload_folder
+    from streamvid.config import EngineConfig
+
+    auth = args.auth if args.auth is not None else os.environ.get("STREAMVID_AUTH") or None
+    creds = check_bind(args.host, auth)  # refused before the model is loaded
+    cfg = EngineConfig(model=args.model, device=args.device, fps=args.fps, frame_px=args.frame_px,
+                       max_new_tokens=args.max_new_tokens)
+    _check_model(cfg.model)
+    policy = InputPolicy.default([upload_folder()], operator_video=args.video, max_upload_mb=args.max_upload_mb)
+    manager = SessionManager(cfg, policy, max_sessions=args.max_sessions, idle_timeout_s=args.idle_timeout_s)
+    try:
+        launch(build_demo(manager), host=args.host, port=args.port, auth=creds, max_upload_mb=args.max_upload_mb)
+    finally:
+        manager.shutdown()
+    return 0
+
+
 def _check_model(model: str) -> None:
     from streamvid.config import BUNDLED_MODEL
 
@@ -156,6 +177,22 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--frame-px", type=int, default=None, help="resize frames to N x N first")
     r.add_argument("--device", default=d.device)
     r.set_defaults(func=cmd_run)
+
+    dm = sub.add_parser("demo", help="the web assistant: webcam, demo clips, uploads, URLs; chat, alerts, API")
+    dm.add_argument("--model", default=str(BUNDLED_MODEL), help="HF checkpoint directory or id (default: bundled)")
+    dm.add_argument("--video", default=None, help="a video file, URL or cam:N to offer first (default: demo clips)")
+    dm.add_argument("--host", default="127.0.0.1", help="address to bind; other than loopback needs --auth")
+    dm.add_argument("--port", type=int, default=7860)
+    dm.add_argument("--auth", default=None, metavar="USER:PASS", help="login for the page and API "
+                    "(default: $STREAMVID_AUTH)")
+    dm.add_argument("--fps", type=float, default=d.fps)
+    dm.add_argument("--frame-px", type=int, default=112, help="frames are resized to N x N (the bundled model: 112)")
+    dm.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
+    dm.add_argument("--max-sessions", type=int, default=4, help="browser tabs / API clients served at once")
+    dm.add_argument("--idle-timeout-s", type=float, default=600.0, help="close a session idle this long")
+    dm.add_argument("--max-upload-mb", type=float, default=200.0)
+    dm.add_argument("--device", default=d.device)
+    dm.set_defaults(func=cmd_demo)
 
     sc = sub.add_parser("score", help="replay stream episodes through the engine and score the answers")
     sc.add_argument("episodes", type=Path, nargs="+", help="stream-episode JSONL files")

@@ -1,0 +1,148 @@
+"""What the web app may open: the input policy of `streamvid demo`.
+
+    policy = InputPolicy.default(upload_dirs=[gradio_upload_folder], extra_video="cam:0")
+    target = policy.resolve("shapes_7")        # a bundled demo clip, an uploaded file, a URL or "push"
+    source = policy.open(target, fps=2.0, size=112)
+
+A source spec typed into the page or sent to `/start` can name only: "push" (frames sent by the browser webcam or
+`/push_frame`), a bundled demo clip by name, the operator's `--video`, a file inside the upload area, or a network
+URL (rtsp, rtmp, http, https). Any other path, even one that exists, is refused, and so is every other URL scheme
+(file:, concat:, pipe: ...). Files are opened only with container demuxers (no playlists or concat lists that
+could name other files) and URLs only with network protocols.
+
+Thread contract: an `InputPolicy` is immutable after construction; `resolve` and `open` may be called from any
+thread.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import av
+
+from streamvid.config import BUNDLED_MODEL
+from streamvid.sources import FileSource, FrameSource, LiveSource, PushSource, open_source
+
+DEMO_VIDEOS = BUNDLED_MODEL.parent.parent / "demo_videos"
+VIDEO_SUFFIXES = (".mp4", ".m4v", ".mov", ".webm", ".mkv", ".avi")
+URL_SCHEMES = ("rtsp", "rtsps", "rtmp", "rtmps", "http", "https")
+# ffmpeg protocols a URL source may use, nested ones included (an HLS playlist cannot reach file: or pipe:)
+NETWORK_PROTOCOLS = "rtsp,rtsps,rtmp,rtmps,rtp,srtp,udp,tcp,tls,http,https,httpproxy,crypto"
+# demuxers an uploaded or bundled file may use: plain containers, no playlists or concat lists
+FILE_FORMATS = "mov,mp4,m4a,3gp,3g2,mj2,matroska,webm,avi"
+_SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*):")
+
+
+class InputRefused(ValueError):
+    """A source spec the policy does not allow, with the reason in words."""
+
+
+@dataclass(frozen=True)
+class Target:
+    kind: str  # "push" | "clip" | "upload" | "url" | "operator"
+    label: str  # what the page shows
+    spec: str  # "push", a file path, a URL, or the operator's --video spec
+
+
+def demo_clips(folder: Path = DEMO_VIDEOS) -> dict[str, Path]:
+    """Bundled clips by name: each `NAME/NAME.mp4` under the demo_videos folder."""
+    if not folder.is_dir():
+        return {}
+    return {d.name: d / f"{d.name}.mp4" for d in sorted(folder.iterdir()) if (d / f"{d.name}.mp4").is_file()}
+
+
+@dataclass(frozen=True)
+class InputPolicy:
+    clips: dict[str, Path]  # name -> file: bundled demo clips
+    upload_dirs: tuple[Path, ...]  # resolved folders where the web server stores uploads
+    operator_video: str | None = None  # `streamvid demo --video V`: a path, URL or cam:N the operator chose
+    max_upload_mb: float = 200.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "upload_dirs", tuple(Path(d).resolve() for d in self.upload_dirs))
+        if self.max_upload_mb <= 0:
+            raise ValueError(f"max_upload_mb must be positive, got {self.max_upload_mb}")
+        video = self.operator_video
+        if video is not None and not _SCHEME.match(video) and not Path(video).is_file():
+            raise ValueError(f"video file not found: {video}")
+
+    @classmethod
+    def default(cls, upload_dirs, operator_video: str | None = None, max_upload_mb: float = 200.0) -> InputPolicy:
+        return cls(demo_clips(), tuple(upload_dirs), operator_video, max_upload_mb)
+
+    @property
+    def operator_name(self) -> str | None:
+        """The name the operator's --video is listed under (a file's stem, else the spec itself)."""
+        if self.operator_video is None:
+            return None
+        if _SCHEME.match(self.operator_video) and not Path(self.operator_video).exists():
+            return self.operator_video
+        return Path(self.operator_video).stem
+
+    def choices(self) -> list[str]:
+        """Names the page offers: the operator's --video first, then the bundled clips."""
+        names = [self.operator_name] if self.operator_name else []
+        return names + [n for n in self.clips if n not in names]
+
+    def resolve(self, spec: str) -> Target:
+        """The target a spec names, or InputRefused saying why not."""
+        spec = (spec or "").strip()
+        if not spec:
+            raise InputRefused("no source given: a demo clip name, an uploaded file, a URL or \"push\"")
+        if spec == "push":
+            return Target("push", "pushed frames", "push")
+        if spec == self.operator_name or spec == self.operator_video:
+            return Target("operator", self.operator_name, self.operator_video)
+        if spec in self.clips:
+            return Target("clip", spec, str(self.clips[spec]))
+        scheme = _SCHEME.match(spec)
+        if scheme and len(scheme.group(1)) > 1:  # (a one-letter "scheme" is a Windows drive)
+            if scheme.group(1).lower() not in URL_SCHEMES:
+                raise InputRefused(f"URL scheme {scheme.group(1)!r} is not allowed; use one of "
+                                   f"{', '.join(URL_SCHEMES)}")
+            return Target("url", spec, spec)
+        return self._uploaded(spec)
+
+    def _uploaded(self, spec: str) -> Target:
+        path = Path(spec)
+        try:
+            real = path.resolve(strict=True)
+        except (OSError, RuntimeError):
+            real = None
+        if real is not None and real in {c.resolve() for c in self.clips.values()}:
+            return Target("clip", real.parent.name, str(real))
+        inside = real is not None and any(real.is_relative_to(root) for root in self.upload_dirs)
+        if not inside:
+            names = ", ".join(self.choices()) or "none"
+            raise InputRefused(f"{spec!r} is not a demo clip ({names}), an uploaded file, a URL or \"push\"")
+        if real.suffix.lower() not in VIDEO_SUFFIXES:
+            raise InputRefused(f"{path.name}: expected a video file ({', '.join(VIDEO_SUFFIXES)}), "
+                               f"got {real.suffix or 'no extension'}")
+        size_mb = real.stat().st_size / 2**20
+        if size_mb > self.max_upload_mb:
+            raise InputRefused(f"{path.name}: {size_mb:.1f} MB is over the upload limit of {self.max_upload_mb:g} MB")
+        return Target("upload", path.name, str(real))
+
+    def open(self, target: Target, fps: float, size: int | None = None) -> FrameSource:
+        """Open the target as a live source: files are played in real time, URLs decoded as they come, "push"
+        waits for frames. ValueError (with the reason) when it cannot be opened."""
+        if target.kind == "push":
+            return PushSource(fps)
+        if target.kind == "url":
+            return LiveSource(target.spec, fps, size=size, options={"protocol_whitelist": NETWORK_PROTOCOLS})
+        if target.kind == "operator":  # trusted: whatever `streamvid run` would open
+            return open_source(target.spec, fps=fps, realtime=True, size=size)
+        _check_container(target.spec, target.label)
+        return FileSource(target.spec, fps, realtime=True, size=size)
+
+
+def _check_container(path: str, label: str) -> None:
+    """Refuse a file that is not a plain video container (a playlist or concat list could name other files)."""
+    try:
+        with av.open(path, options={"format_whitelist": FILE_FORMATS}) as container:
+            if not container.streams.video:
+                raise InputRefused(f"{label}: no video stream")
+    except av.error.FFmpegError as e:
+        raise InputRefused(f"{label}: not a video file this app can play ({e.strerror or e})") from e

@@ -1,0 +1,590 @@
+"""Sessions of `streamvid demo`: one StreamingAssistant per browser tab or API client, all sharing one model.
+
+    manager = SessionManager(EngineConfig(), policy, max_sessions=4, idle_timeout_s=600)  # loads the model once
+    s = manager.session("tab-or-client-key")    # made on first use; SessionLimitError past max_sessions
+    s.start("shapes_7")                         # a fresh stream (and a fresh assistant) per start
+    qid = s.ask("How many shapes are on screen?")
+    s.wait_answer(qid)                          # the answer object `streamvid run` prints
+    s.poll(0)                                   # {"cursor": n, "outputs": [answers, alerts, ...]}
+    s.stop()                                    # the final stats
+    manager.close("tab-or-client-key")          # tab closed; idle sessions are closed by the reaper thread
+
+The gradio layer (`streamvid.app.ui`) only maps callbacks onto these methods. Errors a user can cause (a refused
+input, an empty question, a full queue, no stream running) raise `SessionError` or `InputRefused` with a message
+for the page; the session stays usable. A worker that fails ends its stream, not the session: the error is kept
+in `status()` and the chat, and the next `start` begins a fresh stream.
+
+Thread contract. `Session`: every public method may be called from any thread (gradio runs callbacks on worker
+threads, and a tab's timer, webcam and buttons overlap). `_lock` serialises the lifecycle (start, stop, watch,
+unwatch, close); `_cond` guards the log, chat, answers and the current stream; lock order `_lock` -> `_cond`.
+Each running stream has one drain thread ("streamvid-app-outputs") that moves the assistant's outputs into the
+session under `_cond` and notifies waiters. `SessionManager`: any thread; `_lock` guards the session table and is
+never held while a session stops; one reaper thread ("streamvid-app-reaper") closes idle sessions.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from streamvid.adapters.base import VideoLLMAdapter, load_adapter
+from streamvid.app.inputs import InputPolicy, Target
+from streamvid.assistant import BusyError, StreamingAssistant
+from streamvid.config import EngineConfig
+from streamvid.types import Frame
+
+log = logging.getLogger(__name__)
+
+TRIGGERS_UNAVAILABLE = ("standing triggers are not available in this version of streamvid "
+                        "(StreamingAssistant has no watch()); questions and answers work")
+DRAIN_WAIT_S = 0.25  # how long the drain thread blocks on the outputs queue before checking its stop event
+CHAT_MESSAGES = 200  # chat messages a session keeps
+ALERTS_KEPT = 200
+
+
+class SessionError(RuntimeError):
+    """Something the user asked for cannot be done now; the message says why. The session stays usable."""
+
+
+class SessionLimitError(SessionError):
+    """All session slots are taken."""
+
+
+def clock(t_s: float | None) -> str:
+    """Stream time as "mm:ss" (or "h:mm:ss")."""
+    if t_s is None:
+        return "--:--"
+    s = int(max(t_s, 0.0))
+    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60:02d}:{s % 60:02d}"
+
+
+def triggers_available() -> bool:
+    return callable(getattr(StreamingAssistant, "watch", None))
+
+
+class _Tap:
+    """A FrameSource that forwards another and keeps the last frame the ingest thread read (the page's preview).
+
+    Thread contract: `read` from the ingest thread only; `last` may be read from any thread (one reference
+    assignment); `close` and `dropped` as the wrapped source allows.
+    """
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.live = inner.live
+        self.last: Frame | None = None
+
+    def read(self, timeout_s: float = 1.0) -> Frame | None:
+        frame = self.inner.read(timeout_s)
+        if frame is not None:
+            self.last = frame
+        return frame
+
+    @property
+    def dropped(self) -> int:
+        return self.inner.dropped
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class _Stream:
+    """One assistant on one source, from `start` to `stop`. Fields below `_cond` are guarded by the session's."""
+
+    def __init__(self, sa: StreamingAssistant, target: Target, tap: _Tap, label: str, webcam: bool):
+        self.sa, self.target, self.tap, self.label, self.webcam = sa, target, tap, label, webcam
+        self.started_s = time.monotonic()
+        self.done = threading.Event()  # tells the drain thread to finish
+        self.thread: threading.Thread | None = None
+        # guarded by the session's _cond
+        self.closed = False
+        self.error: str | None = None
+        self.answers: dict[str, dict] = {}  # answer id -> answer object
+        self.pending: dict[str, tuple[dict, float, list[str]]] = {}  # id -> (chat message, t_s, pieces)
+
+
+class Session:
+    def __init__(self, key: str, config: EngineConfig, adapter: VideoLLMAdapter, policy: InputPolicy,
+                 log_size: int = 1000, webcam_gap_s: float = 3.0):
+        self.key, self.config, self.adapter, self.policy = key, config, adapter, policy
+        self.webcam_gap_s = webcam_gap_s
+        self._lock = threading.Lock()
+        self._cond = threading.Condition()
+        # guarded by _cond
+        self._stream: _Stream | None = None
+        self._prepared: StreamingAssistant | None = None  # made by watch() before any stream started
+        self._conditions: dict[str, tuple[str, dict]] = {}  # trigger id (current assistant) -> condition, thresholds
+        self._asked: dict[str, _Stream] = {}  # question id -> the stream it was asked on (ids restart per stream)
+        self._log: deque[dict] = deque(maxlen=log_size)  # outputs other than tokens, for poll()
+        self._log_start = 0  # cursor of self._log[0]
+        self._chat: deque[dict] = deque(maxlen=CHAT_MESSAGES)
+        self._alerts: deque[dict] = deque(maxlen=ALERTS_KEPT)
+        self._last_stats: dict | None = None
+        self._last_ttft_ms: float | None = None
+        self._closed = False
+        self._webcam_armed = True
+        self._last_webcam_s: float | None = None
+        self.version = 0  # bumped on every change the page shows
+        self.last_active_s = time.monotonic()
+
+    # ---- streams ----------------------------------------------------------------------------------------
+    def start(self, spec: str) -> dict:
+        """Start a fresh stream on `spec` (see InputPolicy.resolve), replacing the running one."""
+        self.touch()
+        target = self.policy.resolve(spec)  # refused before the running stream is touched
+        with self._lock:
+            self._webcam_armed = False  # an explicit choice: webcam frames no longer take over
+            return self._start(target, target.label, webcam=False)
+
+    def start_webcam(self) -> dict:
+        """Start a fresh push stream fed by the browser webcam (`push_frame(..., webcam=True)`)."""
+        self.touch()
+        with self._lock:
+            self._webcam_armed = True
+            return self._start(self.policy.resolve("push"), "webcam", webcam=True)
+
+    def stop(self) -> dict:
+        """Stop the running stream (threads joined, memory folder removed); returns its final stats."""
+        self.touch()
+        with self._lock:
+            self._webcam_armed = False  # a webcam still recording does not restart the stream
+            stats = self._stop_stream()
+            if self._prepared is not None:
+                self._prepared.stop()
+                self._prepared = None
+        return stats or self.status()
+
+    def close(self) -> None:
+        """End the session for good (tab closed, idle, server shutdown). Safe to call twice."""
+        with self._lock:
+            self._closed = True
+            self._stop_stream()
+            if self._prepared is not None:
+                self._prepared.stop()
+                self._prepared = None
+
+    def push_frame(self, image: np.ndarray, t_s: float | None = None, webcam: bool = False) -> dict | None:
+        """Offer one RGB image to the running push stream (latest frame wins) at stream time `t_s` (None: wall
+        time since the first push). From the webcam (`webcam=True`), the first frame of a recording starts a
+        webcam stream; webcam frames are ignored after the user stopped or chose another input, until the next
+        recording (a pause longer than `webcam_gap_s`) or a start of the webcam input. Returns the frame counts,
+        or None for an ignored webcam frame."""
+        self.touch()
+        if webcam:
+            with self._lock:
+                now = time.monotonic()
+                if self._last_webcam_s is None or now - self._last_webcam_s > self.webcam_gap_s:
+                    self._webcam_armed = True  # a new recording
+                self._last_webcam_s = now
+                stream = self._stream
+                if stream is None or not stream.webcam or stream.closed:
+                    if not self._webcam_armed:
+                        return None
+                    self._start(self.policy.resolve("push"), "webcam", webcam=True)
+        stream = self._stream
+        if stream is None or stream.target.kind != "push" or stream.closed:
+            raise SessionError('no push stream is running: start one with source "push" first')
+        if t_s is not None and not t_s >= 0:
+            raise SessionError(f"t_s must be >= 0 seconds, got {t_s}")
+        stream.tap.inner.push(self._fit(image), t_s)
+        st = stream.sa.ingest.stats()
+        return {"type": "status", "event": "frame", "t_s": round(stream.sa.ingest.latest_t_s, 3),
+                "frames_in": st["frames_in"], "frames_dropped": st["frames_dropped"]}
+
+    # ---- questions --------------------------------------------------------------------------------------
+    def ask(self, question: str) -> str:
+        """Queue a question about the stream so far; returns its id. The answer streams into the chat."""
+        self.touch()
+        with self._cond:
+            stream = self._running()
+            t_s = stream.sa.ingest.latest_t_s
+            try:
+                qid = stream.sa.ask(question, t_s=t_s)
+            except (BusyError, ValueError) as e:
+                raise SessionError(str(e)) from e
+            except RuntimeError as e:  # the stream's worker failed
+                raise SessionError(f"the stream stopped with an error: {e}; start it again") from e
+            self._chat.append({"role": "user", "content": question.strip()})
+            message = {"role": "assistant", "content": f"[{clock(t_s)}] …"}
+            self._chat.append(message)
+            stream.pending[qid] = (message, t_s, [])
+            self._asked[qid] = stream
+            self._changed()
+        return qid
+
+    def wait_answer(self, qid: str, timeout_s: float) -> dict:
+        """Block until the answer to `qid` (asked on the current stream) is complete; returns it."""
+        with self._cond:
+            stream = self._asked_on(qid)
+            if not self._cond.wait_for(lambda: qid in stream.answers or stream.closed, timeout=timeout_s):
+                raise SessionError(f"no answer to {qid} within {timeout_s:g} s")
+            if qid not in stream.answers:
+                raise SessionError(stream.error or "the stream stopped before the answer was complete")
+            return stream.answers[qid]
+
+    def follow(self, qid: str, timeout_s: float) -> Iterator[None]:
+        """Yield after every change of the session until the answer to `qid` is complete (for a page that
+        re-renders the chat as tokens arrive); ends after `timeout_s` at the latest."""
+        with self._cond:
+            stream = self._asked_on(qid)
+        deadline = time.monotonic() + timeout_s
+        seen = -1
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda v=seen: self.version != v, timeout=max(0.0, deadline - time.monotonic()))
+                seen = self.version
+                done = qid in stream.answers or stream.closed
+            yield
+            if done or time.monotonic() >= deadline:
+                return
+
+    # ---- triggers ---------------------------------------------------------------------------------------
+    def watch(self, condition: str, **thresholds) -> str:
+        """Add a standing "tell me when ..." condition; returns its trigger id. `thresholds` (fire, reset, k,
+        cooldown_s) override the engine's firing rule. It stays with the session: a fresh stream watches it again
+        (under a new id)."""
+        self.touch()
+        if not triggers_available():
+            raise SessionError(TRIGGERS_UNAVAILABLE)
+        condition = condition.strip()
+        if not condition:
+            raise SessionError("empty condition")
+        with self._lock:
+            self._check_open()
+            with self._cond:
+                sa = self._stream.sa if self._stream is not None else None
+            if sa is None:  # no stream yet: an assistant that the next start() will run
+                if self._prepared is None:
+                    self._prepared = self._new_assistant()
+                sa = self._prepared
+            try:
+                tid = sa.watch(condition, **thresholds)
+            except ValueError as e:
+                raise SessionError(str(e)) from e
+            with self._cond:
+                self._conditions[tid] = (condition, thresholds)
+                self._changed()
+        return tid
+
+    def unwatch(self, trigger_id: str) -> bool:
+        """Remove a standing condition; False if there is none with this id."""
+        self.touch()
+        with self._lock:
+            with self._cond:
+                known = self._conditions.pop(trigger_id, None) is not None
+                sa = self._stream.sa if self._stream is not None else self._prepared
+                self._changed()
+            if sa is not None and triggers_available():
+                return bool(sa.unwatch(trigger_id)) or known
+        return known
+
+    def triggers(self) -> list[dict]:
+        """The standing conditions: the assistant's view of them when one runs, else the remembered ones."""
+        with self._cond:
+            sa = self._stream.sa if self._stream is not None else self._prepared
+            remembered = [{"trigger_id": t, "condition": c, **th} for t, (c, th) in self._conditions.items()]
+        if sa is not None and triggers_available():
+            return list(sa.triggers())
+        return remembered
+
+    # ---- reading ----------------------------------------------------------------------------------------
+    def poll(self, cursor: int) -> dict:
+        """Outputs (answers, alerts, remarks, status events; not tokens) since `cursor`, and the next cursor.
+        A cursor older than the kept log starts at the oldest kept output."""
+        self.touch()
+        with self._cond:
+            end = self._log_start + len(self._log)
+            start = min(max(int(cursor), self._log_start), end)
+            return {"cursor": end, "outputs": list(self._log)[start - self._log_start:]}
+
+    def status(self) -> dict:
+        """The keys of `streamvid run`'s stats line for the current (or last) stream, and where it stands."""
+        with self._cond:
+            stream = self._stream
+            base = {"type": "stats", "model": model_name(self.config.model), "device": self.config.device,
+                    "last_ttft_ms": self._last_ttft_ms}
+            if stream is None:
+                return {**(self._last_stats or {}), **base, "running": False,
+                        "source": self._last_stats.get("source") if self._last_stats else None}
+            error = stream.error
+        sa = stream.sa
+        return {**base, **sa.stats(), "t_s": round(sa.ingest.latest_t_s, 3),
+                "wall_s": round(time.monotonic() - stream.started_s, 2), "source": stream.label,
+                "running": error is None and not sa.ingest_done.is_set(), "ended": sa.ingest_done.is_set(),
+                "error": error}
+
+    def chat(self) -> list[dict]:
+        with self._cond:
+            return [dict(m) for m in self._chat]
+
+    def alerts(self) -> list[dict]:
+        with self._cond:
+            return list(self._alerts)
+
+    def latest_frame(self) -> Frame | None:
+        with self._cond:
+            return self._stream.tap.last if self._stream is not None else None
+
+    def touch(self) -> None:
+        self.last_active_s = time.monotonic()
+
+    # ---- internals --------------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionError("this session was closed (tab closed or idle too long): reload the page")
+
+    def _running(self) -> _Stream:
+        """The current stream (with _cond held); SessionError if there is none."""
+        if self._stream is None:
+            raise SessionError("no stream is running: start one first")
+        return self._stream
+
+    def _start(self, target: Target, label: str, webcam: bool) -> dict:
+        """Replace the current stream with a fresh one on `target` (with _lock held)."""
+        self._check_open()
+        self._stop_stream()
+        sa = self._take_assistant()
+        try:
+            source = self.policy.open(target, fps=self.config.fps, size=self.config.frame_px)
+        except ValueError:
+            sa.stop()
+            raise
+        tap = _Tap(source)
+        try:
+            sa.start(tap)
+        except BaseException:
+            sa.stop()
+            tap.close()
+            raise
+        stream = _Stream(sa, target, tap, label, webcam)
+        stream.thread = threading.Thread(target=self._drain, args=(stream,), name="streamvid-app-outputs",
+                                         daemon=True)
+        event = {"type": "status", "event": "started", "source": label, "t_s": 0.0}
+        with self._cond:
+            self._stream = stream
+            self._asked = {}  # ids restart with the new assistant
+            self._add_log(event)
+            self._chat.append({"role": "assistant", "content": f"*Watching {label}.*"})
+            self._changed()
+        stream.thread.start()
+        return {**event, "triggers": self.triggers()}
+
+    def _asked_on(self, qid: str) -> _Stream:
+        """The stream question `qid` was last asked on (with _cond held)."""
+        if qid not in self._asked:
+            raise SessionError(f"no question {qid!r} was asked in this session")
+        return self._asked[qid]
+
+    def _new_assistant(self) -> StreamingAssistant:
+        """A fresh assistant on the shared model, watching the session's standing conditions (under new ids)."""
+        sa = StreamingAssistant(self.config, adapter=self.adapter)
+        if self._conditions and triggers_available():
+            with self._cond:
+                conditions = list(self._conditions.values())
+                self._conditions = {sa.watch(c, **th): (c, th) for c, th in conditions}
+        return sa
+
+    def _take_assistant(self) -> StreamingAssistant:
+        sa, self._prepared = self._prepared, None
+        return sa if sa is not None else self._new_assistant()
+
+    def _stop_stream(self) -> dict | None:
+        """Stop the current stream (with _lock held): workers joined, memory closed, drain thread joined."""
+        stream = self._stream
+        if stream is None:
+            return None
+        stream.done.set()
+        try:
+            stream.sa.stop()
+        except RuntimeError as e:  # a worker error nobody had read yet
+            self._on_error(stream, e)
+        if stream.thread is not None:
+            stream.thread.join(timeout=self.config.join_timeout_s + 2 * DRAIN_WAIT_S)
+        self._drain_now(stream)
+        stats = self.status()
+        with self._cond:
+            stream.closed = True
+            self._stream = None
+            self._last_stats = {**stats, "running": False}
+            self._add_log({"type": "status", "event": "stopped", "source": stream.label, "t_s": stats.get("t_s")})
+            self._changed()
+        return self._last_stats
+
+    def _drain(self, stream: _Stream) -> None:
+        """Drain thread: the assistant's outputs into the session until the stream is stopped."""
+        try:
+            while not stream.done.is_set():
+                for out in stream.sa.outputs(timeout_s=DRAIN_WAIT_S):
+                    self._on_output(stream, out)
+        except RuntimeError as e:  # a worker failed: the stream is over, the session is not
+            self._on_error(stream, e)
+
+    def _drain_now(self, stream: _Stream) -> None:
+        try:
+            for out in stream.sa.outputs(timeout_s=0.0):
+                self._on_output(stream, out)
+        except RuntimeError as e:
+            self._on_error(stream, e)
+
+    def _on_output(self, stream: _Stream, out) -> None:
+        with self._cond:
+            if out.kind == "token":
+                pending = stream.pending.get(out.id)
+                if pending is not None:
+                    message, t_s, pieces = pending
+                    pieces.append(out.text)
+                    message["content"] = f"[{clock(t_s)}] {''.join(pieces).strip()} …"
+            else:
+                obj = out.to_json()
+                self._add_log(obj)
+                if out.kind == "answer":
+                    message, _, _ = stream.pending.pop(out.id, (None, 0.0, None))
+                    text = f"[{clock(obj.get('t_s'))}] {obj['text'] or '(no answer)'}"
+                    if message is not None:
+                        message["content"] = text
+                    else:
+                        self._chat.append({"role": "assistant", "content": text})
+                    stream.answers[out.id] = obj
+                    self._last_ttft_ms = obj.get("ttft_ms")
+                elif out.kind == "alert":
+                    self._alerts.append(obj)
+                    self._chat.append({"role": "assistant", "content": f"**Alert** {alert_text(obj)}"})
+                elif out.kind == "say":
+                    self._chat.append({"role": "assistant", "content": f"[{clock(obj.get('t_s'))}] {obj['text']}"})
+                elif out.kind == "status":
+                    self._chat.append({"role": "assistant", "content": f"*[{clock(obj.get('t_s'))}] "
+                                                                       f"{obj.get('event') or obj['text']}*"})
+            self._changed()
+
+    def _on_error(self, stream: _Stream, error: BaseException) -> None:
+        log.warning("session %s: stream %s failed: %s", self.key, stream.label, error)
+        with self._cond:
+            if stream.error is None:
+                stream.error = str(error)
+                self._add_log({"type": "status", "event": "error", "source": stream.label, "text": str(error),
+                               "t_s": round(stream.sa.ingest.latest_t_s, 3)})
+                self._chat.append({"role": "assistant", "content": f"*The stream stopped with an error: {error}. "
+                                                                   f"Start it again to go on.*"})
+            stream.closed = True
+            self._changed()
+
+    def _add_log(self, obj: dict) -> None:
+        if len(self._log) == self._log.maxlen:
+            self._log_start += 1
+        self._log.append(obj)
+
+    def _changed(self) -> None:
+        self.version += 1
+        self._cond.notify_all()
+
+    def _fit(self, image: np.ndarray) -> np.ndarray:
+        """An (H, W, 3) uint8 RGB image, centre-cropped to a square and resized to `frame_px` when set."""
+        image = np.asarray(image)
+        if image.ndim == 2:
+            image = np.stack([image] * 3, axis=-1)
+        if image.ndim != 3 or image.shape[2] not in (3, 4) or image.dtype != np.uint8:
+            raise SessionError(f"expected an RGB image, got shape {image.shape} dtype {image.dtype}")
+        image = image[..., :3]
+        px = self.config.frame_px
+        if px is None or image.shape[:2] == (px, px):
+            return np.ascontiguousarray(image)
+        h, w = image.shape[:2]
+        side = min(h, w)
+        top, left = (h - side) // 2, (w - side) // 2
+        square = Image.fromarray(np.ascontiguousarray(image[top:top + side, left:left + side]))
+        return np.asarray(square.resize((px, px), Image.BILINEAR))
+
+
+def alert_text(alert: dict) -> str:
+    """One line for an alert: stream time, what the model said, and why (condition, score, evidence)."""
+    evidence = ", ".join(f"{clock(a)}–{clock(b)}" for a, b in alert.get("evidence_t_s") or [])
+    score = alert.get("score")
+    why = [f"when “{alert.get('condition')}”"] + ([f"score {score:.2f}"] if isinstance(score, int | float) else []) \
+        + ([f"evidence {evidence}"] if evidence else [])
+    return f"[{clock(alert.get('t_s'))}] {alert.get('text', '')} ({', '.join(why)})"
+
+
+def model_name(model: str) -> str:
+    path = Path(model)
+    return path.name if path.is_dir() else model
+
+
+class SessionManager:
+    """Sessions by key (a gradio session hash: one per browser tab or API client), sharing one loaded adapter."""
+
+    def __init__(self, config: EngineConfig, policy: InputPolicy, adapter: VideoLLMAdapter | None = None,
+                 max_sessions: int = 4, idle_timeout_s: float = 600.0, reap_every_s: float = 10.0):
+        if max_sessions < 1 or idle_timeout_s <= 0 or reap_every_s <= 0:
+            raise ValueError(f"expected max_sessions >= 1, idle_timeout_s > 0 and reap_every_s > 0, got "
+                             f"{max_sessions}, {idle_timeout_s}, {reap_every_s}")
+        self.config, self.policy = config, policy
+        self.adapter = adapter or load_adapter(config.model, config.device, config.dtype, config.index_layer)
+        self.max_sessions, self.idle_timeout_s = max_sessions, idle_timeout_s
+        self._sessions: dict[str, Session] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._reaper = threading.Thread(target=self._reap_loop, args=(reap_every_s,), name="streamvid-app-reaper",
+                                        daemon=True)
+        self._reaper.start()
+
+    def get(self, key: str) -> Session | None:
+        with self._lock:
+            return self._sessions.get(key)
+
+    def session(self, key: str) -> Session:
+        """The session for `key`, made on first use; SessionLimitError when all slots are taken."""
+        with self._lock:
+            s = self._sessions.get(key)
+            if s is None:
+                if len(self._sessions) >= self.max_sessions:
+                    raise SessionLimitError(f"streamvid is serving its maximum of {self.max_sessions} sessions; "
+                                            f"close another tab or try again in a few minutes")
+                s = self._sessions[key] = Session(key, self.config, self.adapter, self.policy)
+            return s
+
+    def sessions(self) -> list[Session]:
+        with self._lock:
+            return list(self._sessions.values())
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._sessions)
+
+    def close(self, key: str) -> bool:
+        with self._lock:
+            s = self._sessions.pop(key, None)
+        if s is not None:
+            s.close()
+        return s is not None
+
+    def reap(self, now_s: float | None = None) -> list[str]:
+        """Close the sessions idle for longer than idle_timeout_s at `now_s` (monotonic); returns their keys."""
+        now_s = time.monotonic() if now_s is None else now_s
+        with self._lock:
+            idle = [k for k, s in self._sessions.items() if now_s - s.last_active_s > self.idle_timeout_s]
+            closing = [self._sessions.pop(k) for k in idle]
+        for s in closing:
+            s.close()
+        return idle
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        self._reaper.join(timeout=5.0)
+        with self._lock:
+            closing, self._sessions = list(self._sessions.values()), {}
+        for s in closing:
+            s.close()
+
+    def _reap_loop(self, every_s: float) -> None:
+        while not self._stop.wait(every_s):
+            try:
+                self.reap()
+            except Exception:  # one failed close must not end idle cleanup for the other sessions
+                log.exception("closing idle sessions failed")

@@ -1,0 +1,428 @@
+"""The web page and scriptable API of `streamvid demo` (Gradio): layout and callbacks only.
+
+    streamvid demo [--model M] [--video V] [--host 127.0.0.1] [--port 7860] [--auth USER:PASS]
+
+    from streamvid.app.ui import build_demo, launch
+    demo = build_demo(manager)            # a SessionManager (streamvid.app.sessions)
+    launch(demo, host="127.0.0.1", port=7860, auth=None, max_upload_mb=200)
+
+Every callback maps onto one `Session` method; the session is keyed by gradio's session hash, so each browser tab
+and each `gradio_client.Client` has its own assistant. The page: inputs (webcam, demo clip, upload, URL), what the
+assistant sees with the stream time, live stats, a chat whose answers stream in marked with their stream time,
+standing "tell me when" conditions with an alert timeline. A `gr.Timer` refreshes the page once a second.
+
+API (plain endpoints, `gradio_client.Client(url).predict(..., api_name=...)`), returning the JSON objects that
+`streamvid run` prints:
+
+    /start(source, video=None) -> status      source: a demo clip name, a URL, "push", or "" with `video` a file
+    /push_frame(image, t_s=None) -> status    an RGB image for a "push" stream, at stream time t_s (None: now)
+    /ask(question) -> answer                  waits for the whole answer
+    /watch(condition, fire=None, reset=None) -> {"trigger_id"}    /unwatch(trigger_id) -> status
+    /poll(cursor) -> {"cursor", "outputs"}    answers, alerts, remarks and status events since cursor
+    /status() -> stats                        /stop() -> stats
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import ipaddress
+from dataclasses import dataclass
+
+import gradio as gr
+import gradio.utils
+
+from streamvid.app.inputs import VIDEO_SUFFIXES, InputRefused
+from streamvid.app.sessions import (
+    Session,
+    SessionError,
+    SessionManager,
+    alert_text,
+    clock,
+    model_name,
+    triggers_available,
+)
+
+REFRESH_S = 1.0  # how often the page's timer refreshes stats, preview, chat and timeline
+PREVIEW_PX = 224  # smaller frames are shown enlarged (nearest neighbour) in "what the assistant sees"
+_UNSEEN = {"v": -1, "f": -1, "t": None}  # what a tab has rendered: session version, frame index, trigger ids
+USER_ERRORS = (SessionError, InputRefused, ValueError, RuntimeError, OSError)
+
+
+def upload_folder() -> str:
+    """Where gradio stores uploaded files (the only folder, besides the demo clips, that inputs may come from)."""
+    return gradio.utils.get_upload_folder()
+
+
+def check_bind(host: str, auth: str | None) -> tuple[str, str] | None:
+    """(user, password) from "USER:PASS"; refuses a non-loopback host without auth, in one line."""
+    creds = None
+    if auth is not None:
+        user, sep, password = auth.partition(":")
+        if not sep or not user or not password:
+            raise ValueError(f"--auth expects USER:PASS with both parts non-empty, got {len(auth)} characters "
+                             f"without that form")
+        creds = (user, password)
+    if creds is None and not _is_loopback(host):
+        raise ValueError(f"refusing to listen on {host} without --auth USER:PASS (or STREAMVID_AUTH): anyone who "
+                         f"can reach that address could use the assistant; use --host 127.0.0.1 for local use")
+    return creds
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def launch(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = 7860, auth: tuple[str, str] | None = None,
+           max_upload_mb: float = 200.0, block: bool = True) -> gr.Blocks:
+    """Serve `demo` (bound to `host`; see check_bind). `block=False` returns once the server is up."""
+    if auth is None and not _is_loopback(host):
+        raise ValueError(f"refusing to listen on {host} without auth")
+    demo.queue(default_concurrency_limit=None)  # sessions are bounded by the manager, not by the queue
+    demo.launch(server_name=host, server_port=port, auth=auth, max_file_size=f"{int(max_upload_mb)}mb",
+                ssr_mode=False, show_error=True, quiet=not block, prevent_thread_lock=not block,
+                footer_links=["api"])
+    return demo
+
+
+# ---- the page ---------------------------------------------------------------------------------------------
+@dataclass
+class _Page:
+    now: gr.Markdown
+    frame: gr.Image
+    stats: gr.Markdown
+    chat: gr.Chatbot
+    timeline: gr.HTML
+    triggers: gr.Dropdown
+    seen: gr.State  # what the tab last rendered: {"v": session version, "f": frame index}
+
+
+def build_demo(manager: SessionManager, ask_timeout_s: float = 120.0) -> gr.Blocks:
+    """The page and the API endpoints, on `manager`'s sessions."""
+    fps = manager.config.fps
+    with gr.Blocks(title="streamvid", analytics_enabled=False) as demo:
+        _api(manager, ask_timeout_s)  # first: the endpoints get their names before the page's private events
+        gr.Markdown(f"## streamvid — ask a live video stream\nModel **{_model_label(manager)}**. Pick an input "
+                    f"and press start (or record with the webcam), then ask at any moment; answers are marked "
+                    f"with the stream time they refer to.")
+        with gr.Row():
+            with gr.Column(scale=5):
+                inputs = _inputs(manager)
+                page_now = gr.Markdown("*Nothing is playing.*", elem_id="sv-now")
+                page_frame = gr.Image(label="What the assistant sees", interactive=False, height=240,
+                                      elem_id="sv-frame")
+                page_stats = gr.Markdown(elem_id="sv-stats")
+            with gr.Column(scale=6):
+                chat = gr.Chatbot(label="Chat", height=380, group_consecutive_messages=False, elem_id="sv-chat")
+                with gr.Row():
+                    question = gr.Textbox(placeholder="Ask about the stream, e.g. How many shapes are on screen?",
+                                          show_label=False, scale=5, elem_id="sv-question")
+                    ask_btn = gr.Button("Ask", variant="primary", scale=1, elem_id="sv-ask")
+                watch = _trigger_panel()
+                timeline = gr.HTML(_timeline_html([], None), elem_id="sv-timeline")
+        page = _Page(page_now, page_frame, page_stats, chat, timeline, watch["list"], gr.State(_UNSEEN))
+        _wire_inputs(manager, inputs, page, fps)
+        _wire_chat(manager, question, ask_btn, page, ask_timeout_s)
+        _wire_triggers(manager, watch, page)
+        timer = gr.Timer(REFRESH_S)
+
+        def refresh(seen: dict, request: gr.Request):
+            return _render(manager, request, seen)
+
+        def unload(request: gr.Request) -> None:
+            manager.close(request.session_hash)
+
+        timer.tick(refresh, [page.seen], _outputs(page), api_visibility="private", show_progress="hidden",
+                   concurrency_limit=None)
+        demo.unload(unload)
+    return demo
+
+
+def _inputs(manager: SessionManager) -> dict:
+    policy = manager.policy
+    with gr.Tabs():
+        with gr.Tab("Demo clip", id="clip"):
+            choices = policy.choices()
+            clip = gr.Dropdown(choices, value=choices[0] if choices else None, label="Clip", elem_id="sv-clip")
+            clip_btn = gr.Button("Start clip", variant="primary", elem_id="sv-start-clip")
+        with gr.Tab("Webcam", id="webcam"):
+            webcam = gr.Image(sources=["webcam"], streaming=True, type="numpy", image_mode="RGB",
+                              webcam_options=gr.WebcamOptions(mirror=False), label="Webcam", elem_id="sv-webcam")
+            gr.Markdown(f"Record to stream frames to the assistant ({manager.config.fps:g} per second; the latest "
+                        f"frame wins when the model is busy).")
+        with gr.Tab("Upload", id="upload"):
+            upload = gr.File(label=f"Video file ({', '.join(VIDEO_SUFFIXES)}; up to {policy.max_upload_mb:g} MB)",
+                             file_types=list(VIDEO_SUFFIXES), type="filepath", elem_id="sv-upload")
+            upload_btn = gr.Button("Play upload", variant="primary", elem_id="sv-start-upload")
+        with gr.Tab("URL", id="url"):
+            url = gr.Textbox(label="Stream URL", placeholder="rtsp://camera.local/stream or https://.../clip.mp4",
+                             elem_id="sv-url")
+            url_btn = gr.Button("Start URL", variant="primary", elem_id="sv-start-url")
+    stop_btn = gr.Button("Stop", variant="stop", elem_id="sv-stop")
+    return {"clip": clip, "clip_btn": clip_btn, "webcam": webcam, "upload": upload, "upload_btn": upload_btn,
+            "url": url, "url_btn": url_btn, "stop_btn": stop_btn}
+
+
+def _trigger_panel() -> dict:
+    gr.Markdown("**Tell me when …**" + ("" if triggers_available() else
+                                         "  \n*Standing triggers are not available in this version of streamvid: "
+                                         "the assistant has no watch(); questions work.*"))
+    with gr.Row():
+        condition = gr.Textbox(placeholder="a red circle appears", show_label=False, scale=5,
+                               elem_id="sv-condition")
+        add = gr.Button("Watch", scale=1, elem_id="sv-watch")
+    with gr.Row():
+        active = gr.Dropdown([], label="Standing conditions", scale=5, elem_id="sv-triggers")
+        remove = gr.Button("Remove", scale=1, elem_id="sv-unwatch")
+    return {"condition": condition, "add": add, "list": active, "remove": remove}
+
+
+def _outputs(page: _Page) -> list:
+    return [page.now, page.frame, page.stats, page.chat, page.timeline, page.triggers, page.seen]
+
+
+# ---- callbacks --------------------------------------------------------------------------------------------
+def _user_errors(fn):
+    """Errors a user can cause become a message in the page (gr.Error); the session lives on."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except USER_ERRORS as e:
+            raise gr.Error(str(e), print_exception=False) from e
+
+    return wrapper
+
+
+def _session(manager: SessionManager, request: gr.Request) -> Session:
+    return manager.session(request.session_hash)
+
+
+def _wire_inputs(manager: SessionManager, inputs: dict, page: _Page, fps: float) -> None:
+    @_user_errors
+    def start(spec: str, request: gr.Request):
+        _session(manager, request).start(spec)
+        return _render(manager, request, _UNSEEN)
+
+    @_user_errors
+    def start_upload(path: str | None, request: gr.Request):
+        if not path:
+            raise SessionError("choose a video file first")
+        return start(path, request)
+
+    @_user_errors
+    def stop(request: gr.Request):
+        s = manager.get(request.session_hash)
+        if s is not None:
+            s.stop()
+        return _render(manager, request, _UNSEEN)
+
+    def on_webcam(image, request: gr.Request):
+        if image is None:
+            return
+        try:
+            _session(manager, request).push_frame(image, webcam=True)
+        except USER_ERRORS as e:  # shown once per frame would flood the page: a warning toast
+            gr.Warning(str(e))
+
+    private = {"api_visibility": "private", "concurrency_limit": None}
+    outs = _outputs(page)
+    inputs["clip_btn"].click(start, [inputs["clip"]], outs, **private)
+    inputs["url_btn"].click(start, [inputs["url"]], outs, **private)
+    inputs["url"].submit(start, [inputs["url"]], outs, **private)
+    inputs["upload_btn"].click(start_upload, [inputs["upload"]], outs, **private)
+    inputs["stop_btn"].click(stop, None, outs, **private)
+    inputs["webcam"].stream(on_webcam, [inputs["webcam"]], None, stream_every=1.0 / fps, time_limit=None,
+                            show_progress="hidden", **private)
+
+
+def _wire_chat(manager: SessionManager, question: gr.Textbox, ask_btn: gr.Button, page: _Page,
+               ask_timeout_s: float) -> None:
+    def ask(text: str, request: gr.Request):
+        try:
+            s = _session(manager, request)
+            qid = s.ask(text)
+        except USER_ERRORS as e:
+            raise gr.Error(str(e), print_exception=False) from e
+        yield "", s.chat()
+        for _ in s.follow(qid, ask_timeout_s):
+            yield gr.skip(), s.chat()
+
+    for event in (ask_btn.click, question.submit):
+        event(ask, [question], [question, page.chat], api_visibility="private", concurrency_limit=None,
+              show_progress="hidden")
+
+
+def _wire_triggers(manager: SessionManager, panel: dict, page: _Page) -> None:
+    @_user_errors
+    def add(condition: str, request: gr.Request):
+        _session(manager, request).watch(condition)
+        return "", *_render(manager, request, _UNSEEN)
+
+    @_user_errors
+    def remove(trigger_id: str | None, request: gr.Request):
+        s = manager.get(request.session_hash)
+        if trigger_id and s is not None:
+            s.unwatch(trigger_id)
+        return _render(manager, request, _UNSEEN)
+
+    outs = _outputs(page)
+    private = {"api_visibility": "private", "concurrency_limit": None}
+    panel["add"].click(add, [panel["condition"]], [panel["condition"], *outs], **private)
+    panel["condition"].submit(add, [panel["condition"]], [panel["condition"], *outs], **private)
+    panel["remove"].click(remove, [panel["list"]], outs, **private)
+
+
+def _render(manager: SessionManager, request: gr.Request, seen: dict) -> tuple:
+    """The page's live parts for this tab's session; parts that did not change since `seen` are skipped."""
+    s = manager.get(request.session_hash)
+    if s is None:
+        return ("*Nothing is playing.*", gr.skip(), _stats_md(None), gr.skip(), gr.skip(), gr.skip(), seen)
+    status = s.status()
+    frame = s.latest_frame()
+    frame_index = frame.index if frame is not None else -1
+    version = s.version
+    changed = version != seen.get("v")
+    triggers = s.triggers()
+    ids = [t.get("trigger_id") for t in triggers]
+    return (
+        _now_md(status),
+        _enlarged(frame.image) if frame is not None and frame_index != seen.get("f") else gr.skip(),
+        _stats_md(status),
+        s.chat() if changed else gr.skip(),
+        _timeline_html(s.alerts(), status.get("t_s")) if changed else gr.skip(),
+        gr.Dropdown(choices=[(f"{t.get('condition')} ({t.get('trigger_id')})", t.get("trigger_id"))
+                             for t in triggers], value=ids[-1] if ids else None)
+        if ids != seen.get("t") else gr.skip(),
+        {"v": version, "f": frame_index, "t": ids},
+    )
+
+
+def _enlarged(image):
+    factor = max(1, PREVIEW_PX // max(image.shape[:2]))
+    return image.repeat(factor, 0).repeat(factor, 1) if factor > 1 else image
+
+
+def _model_label(manager: SessionManager) -> str:
+    return f"{model_name(manager.config.model)} on {manager.config.device}"
+
+
+def _now_md(status: dict) -> str:
+    if status.get("source") is None:
+        return "*Nothing is playing.*"
+    if status.get("error"):
+        state = f"stopped with an error: {status['error']}"
+    elif status.get("running"):
+        state = "watching"
+    elif status.get("ended"):
+        state = "stream ended (questions still work)"
+    else:
+        state = "stopped"
+    return f"**{html.escape(str(status['source']))}** — {state} — stream time **{clock(status.get('t_s'))}**"
+
+
+def _stats_md(status: dict | None) -> str:
+    if status is None or status.get("frames_in") is None:
+        return "| live stats | |\n|---|---|\n| frames in / dropped | 0 / 0 |"
+    rate = status.get("ingest_frames_per_s")
+    ttft = status.get("last_ttft_ms")
+    rows = [
+        ("stream time", clock(status.get("t_s"))),
+        ("frames in / dropped", f"{status['frames_in']} / {status['frames_dropped']}"),
+        ("ingest rate", f"{rate:.1f} frames/s of encode time" if rate else "–"),
+        ("window", f"{status['window_tokens']} tokens in {status['blocks_in_window']} blocks"),
+        ("memory", (f"{status['blocks_in_memory']} blocks: {status['memory_ram_mb']:.2f} MB in RAM, "
+                    f"{status['memory_disk_mb']:.2f} MB on disk")),
+        ("last TTFT", f"{ttft:.0f} ms" if ttft is not None else "–"),
+        ("model", f"{status['model']} on {status['device']}"),
+    ]
+    return "| live stats | |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
+
+
+def _timeline_html(alerts: list[dict], now_s: float | None) -> str:
+    """A strip of the stream so far with one mark per alert (hover: condition, score, evidence)."""
+    span = max([now_s or 0.0, 1.0] + [a.get("t_s") or 0.0 for a in alerts])
+    marks = "".join(
+        f'<div class="sv-mark" title="{html.escape(alert_text(a))}" style="position:absolute;'
+        f'left:{100 * (a.get("t_s") or 0.0) / span:.2f}%;top:0;width:3px;height:18px;background:#e8590c"></div>'
+        for a in alerts)
+    listing = "".join(f"<li>{html.escape(alert_text(a))}</li>" for a in list(alerts)[-5:][::-1])
+    return (f'<div><b>Alerts</b> ({len(alerts)}) — 00:00 to {clock(span)}'
+            f'<div style="position:relative;height:18px;background:#eee;border-radius:3px;margin:4px 0">'
+            f'{marks}</div><ul style="margin:0">{listing or "<li><i>none yet</i></li>"}</ul></div>')
+
+
+# ---- the scriptable API -----------------------------------------------------------------------------------
+def _api(manager: SessionManager, ask_timeout_s: float) -> None:
+    """Plain endpoints for gradio_client; each client (session hash) has its own session."""
+
+    def idle_stats(request: gr.Request) -> dict:
+        s = manager.get(request.session_hash)
+        if s is not None:
+            return s.status()
+        return {"type": "stats", "running": False, "source": None, "model": model_name(manager.config.model),
+                "device": manager.config.device}
+
+    @_user_errors
+    def start(source: str, video: str | None, request: gr.Request) -> dict:
+        spec = video if video and not (source or "").strip() else source
+        return _session(manager, request).start(spec)
+
+    @_user_errors
+    def push_frame(image, t_s: float | None, request: gr.Request) -> dict:
+        if image is None:
+            raise SessionError("no image")
+        return _session(manager, request).push_frame(image, t_s)
+
+    @_user_errors
+    def ask(question: str, request: gr.Request) -> dict:
+        """Ask about the stream so far; waits for the whole answer."""
+        s = _session(manager, request)
+        return s.wait_answer(s.ask(question), ask_timeout_s)
+
+    @_user_errors
+    def watch(condition: str, request: gr.Request, fire: float | None = None, reset: float | None = None) -> dict:
+        """Add a standing "tell me when ..." condition; `fire` / `reset` override the p(yes) thresholds."""
+        thresholds = {k: v for k, v in (("fire", fire), ("reset", reset)) if v is not None}
+        return {"trigger_id": _session(manager, request).watch(condition, **thresholds)}
+
+    @_user_errors
+    def unwatch(trigger_id: str, request: gr.Request) -> dict:
+        """Remove a standing condition."""
+        s = manager.get(request.session_hash)
+        removed = s.unwatch(trigger_id) if s is not None else False
+        return {"type": "status", "event": "unwatched" if removed else "unknown_trigger", "trigger_id": trigger_id}
+
+    @_user_errors
+    def poll(cursor: int, request: gr.Request) -> dict:
+        """Answers, alerts, remarks and status events since `cursor` (0 at first)."""
+        s = manager.get(request.session_hash)
+        return s.poll(cursor) if s is not None else {"cursor": 0, "outputs": []}
+
+    def status(request: gr.Request) -> dict:
+        """The stats of this client's stream (the keys of `streamvid run`'s stats line)."""
+        return idle_stats(request)
+
+    @_user_errors
+    def stop(request: gr.Request) -> dict:
+        """Stop this client's stream; returns its final stats."""
+        s = manager.get(request.session_hash)
+        return s.stop() if s is not None else idle_stats(request)
+
+    with gr.Column(visible=False):
+        source = gr.Textbox(label="source")
+        video = gr.File(label="video", file_types=list(VIDEO_SUFFIXES), type="filepath")
+        image = gr.Image(label="image", type="numpy", image_mode="RGB")
+        t_s = gr.Number(label="t_s", value=None)
+        out = gr.JSON()
+        trigger_start, trigger_push = gr.Button(), gr.Button()
+    trigger_start.click(start, [source, video], out, api_name="start", concurrency_limit=None)
+    trigger_push.click(push_frame, [image, t_s], out, api_name="push_frame", concurrency_limit=None)
+    for fn in (ask, watch, unwatch, poll, status, stop):
+        gr.api(fn, api_name=fn.__name__, concurrency_limit=None)

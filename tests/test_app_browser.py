@@ -1,0 +1,130 @@
+"""`streamvid demo` in a real browser: Debian Chromium driven by Playwright, with a fake webcam that plays a
+ShapesWorld clip (a YUV4MPEG2 file written here). Click the webcam, frames reach the engine, ask a question, a
+timestamped answer appears; a screenshot is saved.
+
+Needs `apt-get install chromium` and `pip install playwright` (never `playwright install`: the system Chromium is
+used). Skipped when either is missing, unless STREAMVID_REQUIRE_BROWSER=1 (set by .ci/run), which makes a missing
+browser a failure. STREAMVID_SCREENSHOT=PATH also saves the screenshot there (the README's picture).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from streamvid.app.inputs import DEMO_VIDEOS, InputPolicy
+from streamvid.app.sessions import SessionManager
+from streamvid.config import EngineConfig
+from streamvid.sources import FileSource
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM_FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream"]
+TIMEOUT_MS = 90_000
+
+
+def _chromium() -> str:
+    path = os.environ.get("STREAMVID_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    missing = []
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        missing.append("playwright (pip install playwright)")
+    if path is None:
+        missing.append("chromium (apt-get install -y chromium)")
+    if missing:
+        if os.environ.get("STREAMVID_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"browser test required but missing: {', '.join(missing)}")
+        pytest.skip(f"missing {', '.join(missing)}")
+    return path
+
+
+def write_y4m(path: Path, clip: Path, seconds: float, scale: int = 4) -> Path:
+    """The clip's 2-fps frames as an uncompressed YUV4MPEG2 file (4:2:0, full range), upscaled `scale` times."""
+    source = FileSource(clip, fps=2.0)
+    with open(path, "wb") as f:
+        frame = source.read()
+        h, w = frame.image.shape[0] * scale, frame.image.shape[1] * scale
+        f.write(f"YUV4MPEG2 W{w} H{h} F2:1 Ip A1:1 C420jpeg\n".encode())
+        while frame is not None and frame.t_s < seconds:
+            rgb = frame.image.repeat(scale, 0).repeat(scale, 1).astype(np.float32)
+            r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
+            y = 0.299 * r + 0.587 * g + 0.114 * b
+            u = -0.168736 * r - 0.331264 * g + 0.5 * b + 128
+            v = 0.5 * r - 0.418688 * g - 0.081312 * b + 128
+            f.write(b"FRAME\n")
+            for plane, sub in ((y, 1), (u, 2), (v, 2)):
+                plane = plane.reshape(h // sub, sub, w // sub, sub).mean(axis=(1, 3))
+                f.write(np.clip(np.rint(plane), 0, 255).astype(np.uint8).tobytes())
+            frame = source.read()
+    return path
+
+
+@pytest.fixture
+def served():
+    from streamvid.app.ui import build_demo, launch, upload_folder
+
+    manager = SessionManager(EngineConfig(frame_px=112, max_new_tokens=12), InputPolicy.default([upload_folder()]))
+    demo = launch(build_demo(manager), port=None, block=False)
+    yield demo.local_url.rstrip("/"), manager
+    manager.shutdown()
+    demo.close()
+
+
+def test_webcam_question_and_timestamped_answer_in_chromium(served, tmp_path):
+    chromium = _chromium()
+    from playwright.sync_api import sync_playwright
+
+    url, manager = served
+    cam = write_y4m(tmp_path / "shapes.y4m", DEMO_VIDEOS / "shapes_7" / "shapes_7.mp4", seconds=30.0)
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium,
+                                    args=[*CHROMIUM_FLAGS, f"--use-file-for-fake-video-capture={cam}"])
+        try:
+            context = browser.new_context(viewport={"width": 1400, "height": 1000})
+            context.grant_permissions(["camera"], origin=url)
+            page = context.new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            page.goto(url + "/", wait_until="load")
+            page.wait_for_selector("#sv-chat")
+
+            page.get_by_role("tab", name="Webcam").click()
+            page.locator("#sv-webcam").get_by_text("Click to Access Webcam").click()
+            page.locator("#sv-webcam button.capture-button").click()  # start recording: frames stream out
+            # the stats on the page move: at least three chunks' worth of frames reached the engine
+            page.wait_for_function("""() => {
+                const m = document.querySelector('#sv-stats')?.innerText.match(/frames in \\/ dropped\\s+(\\d+)/);
+                return m && parseInt(m[1]) >= 6; }""")
+            sessions = manager.sessions()
+            assert len(sessions) == 1 and sessions[0].status()["source"] == "webcam"
+            assert sessions[0].status()["blocks_encoded"] >= 3
+
+            page.locator("#sv-question textarea").fill("How many shapes are on screen?")
+            page.locator("#sv-ask").click()
+            page.wait_for_function("""() => /\\[\\d\\d:\\d\\d\\] [^\\s…]+\\s*$/m.test(
+                document.querySelector('#sv-chat')?.innerText || '')""")
+            chat = page.locator("#sv-chat").inner_text()
+            assert "How many shapes are on screen?" in chat
+            stamped = re.findall(r"\[(\d\d):(\d\d)\] (\S+)", chat)
+            answer = [o for o in sessions[0].poll(0)["outputs"] if o["type"] == "answer"][-1]
+            assert stamped[-1][2] == answer["text"].split()[0]
+            minutes, seconds = int(stamped[-1][0]), int(stamped[-1][1])
+            assert minutes * 60 + seconds == int(answer["t_s"])  # the mark is the stream time of the answer
+
+            page.locator("#sv-condition textarea").fill("a green shape")
+            page.locator("#sv-watch").click()
+            page.wait_for_function("() => document.querySelector('#sv-timeline') !== null")
+            shot = tmp_path / "streamvid-demo.png"
+            page.screenshot(path=str(shot), full_page=True)
+            assert shot.stat().st_size > 10_000
+            if os.environ.get("STREAMVID_SCREENSHOT"):
+                shutil.copy(shot, os.environ["STREAMVID_SCREENSHOT"])
+        finally:
+            browser.close()

@@ -1,0 +1,204 @@
+"""The web app's input policy and sessions, without a browser or HTTP: a tiny random model shared by sessions."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from streamvid.app.inputs import InputPolicy, InputRefused
+from streamvid.app.sessions import SessionError, SessionLimitError, SessionManager, clock
+from streamvid.config import EngineConfig
+
+
+def wait_until(condition, timeout_s: float = 60.0, what: str = "condition") -> None:
+    """Bounded wait for a state change made by another thread (checked every 20 ms)."""
+    tick = threading.Event()
+    for _ in range(int(timeout_s / 0.02)):
+        if condition():
+            return
+        tick.wait(0.02)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def write_clip(path: Path, n: int = 8, px: int = 56, fps: int = 2) -> Path:
+    rng = np.random.default_rng(0)
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("libx264", rate=fps)
+        s.width = s.height = px
+        s.pix_fmt = "yuv420p"
+        for _ in range(n):
+            c.mux(s.encode(av.VideoFrame.from_ndarray(rng.integers(0, 256, (px, px, 3), dtype=np.uint8),
+                                                      format="rgb24")))
+        c.mux(s.encode())
+    return path
+
+
+@pytest.fixture
+def uploads(tmp_path) -> Path:
+    d = tmp_path / "uploads"
+    d.mkdir()
+    return d
+
+
+@pytest.fixture
+def policy(uploads, tmp_path) -> InputPolicy:
+    clips = tmp_path / "clips"
+    clips.mkdir()
+    return InputPolicy({"demo": write_clip(clips / "demo.mp4")}, (uploads,), max_upload_mb=1.0)
+
+
+@pytest.fixture
+def manager(adapter, policy):
+    cfg = EngineConfig(model="unused", window_tokens=60, max_new_tokens=4, frame_px=56)
+    m = SessionManager(cfg, policy, adapter=adapter, max_sessions=2, idle_timeout_s=60.0)
+    yield m
+    m.shutdown()
+
+
+def test_policy_allows_clips_uploads_urls_and_push(policy, uploads):
+    assert policy.resolve("demo").kind == "clip"
+    assert policy.resolve("push").kind == "push"
+    assert policy.resolve("rtsp://camera.local/stream").kind == "url"
+    assert policy.resolve("https://example.org/clip.mp4").kind == "url"
+    up = write_clip(uploads / "mine.mp4")
+    assert policy.resolve(str(up)) == policy.resolve(str(uploads / "." / "mine.mp4"))
+    assert policy.resolve(str(up)).kind == "upload"
+
+
+@pytest.mark.parametrize("spec, reason", [
+    ("/etc/passwd", "is not a demo clip"),
+    ("file:///etc/passwd", "scheme 'file' is not allowed"),
+    ("concat:/etc/passwd|/etc/hosts", "scheme 'concat' is not allowed"),
+    ("", "no source given"),
+])
+def test_policy_refuses_other_paths_and_schemes(policy, spec, reason):
+    with pytest.raises(InputRefused, match=reason):
+        policy.resolve(spec)
+
+
+def test_policy_refuses_escapes_wrong_types_and_big_files(policy, uploads, tmp_path):
+    outside = write_clip(tmp_path / "outside.mp4")
+    with pytest.raises(InputRefused, match="is not a demo clip"):
+        policy.resolve(str(uploads / ".." / "outside.mp4"))  # a path that leaves the upload area
+    (uploads / "link.mp4").symlink_to(outside)
+    with pytest.raises(InputRefused, match="is not a demo clip"):
+        policy.resolve(str(uploads / "link.mp4"))  # a link that points out of it
+    (uploads / "notes.txt").write_text("hello")
+    with pytest.raises(InputRefused, match="expected a video file"):
+        policy.resolve(str(uploads / "notes.txt"))
+    (uploads / "big.mp4").write_bytes(b"\0" * (2 * 2**20))
+    with pytest.raises(InputRefused, match="over the upload limit of 1 MB"):
+        policy.resolve(str(uploads / "big.mp4"))
+
+
+def test_a_concat_list_named_like_a_video_is_not_opened(policy, uploads, tmp_path):
+    outside = write_clip(tmp_path / "secret.mp4")
+    evil = uploads / "evil.mp4"
+    evil.write_text(f"ffconcat version 1.0\nfile '{outside}'\n")
+    with pytest.raises(InputRefused, match="not a video file this app can play"):
+        policy.open(policy.resolve(str(evil)), fps=2.0)
+
+
+def test_push_stream_answers_with_stream_time_and_poll_sees_it(manager):
+    s = manager.session("tab-1")
+    assert s.start("push")["event"] == "started"
+    rng = np.random.default_rng(1)
+    for i in range(6):  # 640x480 webcam-sized frames are cropped and resized to frame_px
+        s.push_frame(rng.integers(0, 256, (480, 640, 3), dtype=np.uint8), t_s=i / 2)
+        wait_until(lambda n=i + 1: s.status()["frames_in"] + s.status()["frames_dropped"] >= n, what="frame in")
+    wait_until(lambda: s.status()["blocks_encoded"] >= 2, what="blocks in the window")
+    qid = s.ask("What is on screen?")
+    answer = s.wait_answer(qid, timeout_s=60)
+    assert answer["type"] == "answer" and answer["id"] == qid and answer["t_s"] == 2.5
+    chat = s.chat()
+    assert chat[-2] == {"role": "user", "content": "What is on screen?"}
+    assert chat[-1]["content"].startswith("[00:02] ")
+    polled = s.poll(0)
+    assert [o["type"] for o in polled["outputs"]] == ["status", "answer"]
+    assert s.poll(polled["cursor"]) == {"cursor": polled["cursor"], "outputs": []}
+    assert s.latest_frame().image.shape == (56, 56, 3)
+    final = s.stop()
+    assert final["type"] == "stats" and final["frames_in"] >= 2 and final["running"] is False
+
+
+def test_errors_keep_the_session_usable(manager, policy):
+    s = manager.session("tab-1")
+    with pytest.raises(SessionError, match="no stream is running"):
+        s.ask("anything?")
+    with pytest.raises(SessionError, match="no push stream"):
+        s.push_frame(np.zeros((56, 56, 3), np.uint8))
+    with pytest.raises(InputRefused):
+        s.start("/etc/passwd")
+    with pytest.raises(ValueError, match="cannot open"):
+        s.start("http://127.0.0.1:9/nothing-listens-here.mp4")
+    s.start("demo")  # the same session plays a clip after the failures
+    with pytest.raises(SessionError, match="empty question"):
+        s.ask("   ")
+    wait_until(lambda: s.status()["ended"], what="the clip to end")
+    assert s.status()["frames_in"] == 8 and s.status()["source"] == "demo"
+    s.stop()
+
+
+def test_switching_input_starts_a_fresh_stream(manager):
+    s = manager.session("tab-1")
+    s.start("push")
+    s.push_frame(np.zeros((56, 56, 3), np.uint8), t_s=0.0)
+    wait_until(lambda: s.status()["frames_in"] == 1, what="first frame")
+    s.start("demo")
+    st = s.status()
+    assert st["source"] == "demo" and st["frames_in"] <= 8
+    events = [(o["event"], o["source"]) for o in s.poll(0)["outputs"] if o["type"] == "status"]
+    assert events[:3] == [("started", "pushed frames"), ("stopped", "pushed frames"), ("started", "demo")]
+    s.stop()
+
+
+def test_webcam_frames_start_a_stream_but_not_after_stop(manager):
+    s = manager.session("tab-1")
+    s.webcam_gap_s = 1e9  # every frame below belongs to one recording, however slow the machine
+    frame = np.zeros((48, 64, 3), np.uint8)
+    assert s.push_frame(frame, webcam=True)["event"] == "frame"  # the first frame of a recording starts it
+    assert s.status()["source"] == "webcam"
+    s.stop()
+    assert s.push_frame(frame, webcam=True) is None  # still recording after Stop: ignored, no restart
+    assert s.status()["running"] is False
+    s.start_webcam()  # the webcam input chosen again
+    assert s.push_frame(frame, webcam=True)["event"] == "frame"
+    s.stop()
+
+
+def test_session_cap_idle_cleanup_and_no_leftovers(manager):
+    a, b = manager.session("a"), manager.session("b")
+    with pytest.raises(SessionLimitError, match="maximum of 2 sessions"):
+        manager.session("c")
+    a.start("push")
+    spill_dir = a._stream.sa.memory.disk_dir
+    assert spill_dir.is_dir()
+    b.touch()
+    assert manager.reap(now_s=a.last_active_s + 30) == []
+    assert manager.reap(now_s=b.last_active_s + 61) == ["a", "b"]
+    assert len(manager) == 0 and not spill_dir.exists()
+    assert not [t for t in threading.enumerate() if t.name.startswith("streamvid-") and t.name != "streamvid-app-reaper"
+                and t.is_alive()]
+    with pytest.raises(SessionError, match="session was closed"):
+        a.start("push")
+    manager.session("c")  # a slot is free again
+
+
+def test_sessions_share_one_model_and_keep_their_own_state(manager):
+    a, b = manager.session("a"), manager.session("b")
+    a.start("push")
+    b.start("push")
+    assert a._stream.sa.adapter is b._stream.sa.adapter is manager.adapter
+    a.push_frame(np.zeros((56, 56, 3), np.uint8), t_s=0.0)
+    wait_until(lambda: a.status()["frames_in"] == 1, what="a's frame")
+    assert b.status()["frames_in"] == 0
+    a.stop()
+    b.stop()
+
+
+def test_clock():
+    assert [clock(0.4), clock(133.9), clock(3725.0), clock(None)] == ["00:00", "02:13", "1:02:05", "--:--"]
