@@ -33,7 +33,7 @@ from streamvid.ingest import IngestWorker
 from streamvid.kv_window import Block, KVWindow
 from streamvid.memory import LongTermMemory
 from streamvid.positions import concat
-from streamvid.proactive import FiringRule, Thresholds
+from streamvid.proactive import FiringRule
 from streamvid.reasoning import ReasoningWorker, Trigger
 from streamvid.types import Output, Question
 
@@ -106,7 +106,7 @@ class StreamingAssistant:
         question ("Is there a blue star?") or a request ("Tell me when a blue star appears"); it becomes one
         yes/no probe about the current moment (see future.probe_for), asked on each new chunk. An {"type":
         "alert"} output comes each time it fires. `thresholds` override the firing rule's defaults: fire, reset,
-        k, cooldown_s (proactive.Thresholds)."""
+        k, cooldown_s (proactive.Thresholds; defaults from EngineConfig.trigger_*)."""
         self._raise_error()
         return self._watch(condition, self.ingest.latest_t_s, thresholds)
 
@@ -231,7 +231,7 @@ class StreamingAssistant:
     def _watch(self, condition: str, t_s: float, thresholds: dict) -> str:
         probe = probe_for(condition)  # raises ValueError for an empty condition
         request = parse_request(condition)
-        rule = FiringRule(Thresholds.of(**thresholds))
+        rule = FiringRule(self.config.trigger_thresholds().replace(**thresholds))
         trigger_id = f"w{next(self._watch_ids)}"
         phrase = request.condition if request is not None else " ".join(condition.split()).rstrip(".!")
         self.reasoning.triggers.add(Trigger(trigger_id, phrase, probe, rule, once=False, created_t_s=t_s))

@@ -6,6 +6,8 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+from streamvid.proactive import Thresholds
+
 BUNDLED_MODEL = Path(__file__).resolve().parent.parent / "models" / "streamvid-tiny"
 
 
@@ -31,6 +33,10 @@ class EngineConfig:
     # speaking up (DESIGN.md §5): standing triggers and narration, decided on each new chunk
     decision_hz: float | None = None  # at most this many decisions per second of stream; None: every chunk
     probe_batch: int = 8  # trigger probes per batched forward (questions are served between batches)
+    trigger_fire: float = 0.6  # default firing rule of a trigger (proactive.Thresholds); watch() may override
+    trigger_reset: float = 0.4
+    trigger_k: int = 2
+    trigger_cooldown_s: float = 10.0
     gate_min_novelty: float = 0.05  # re-probe when the chunk's tokens moved this far from those at the last probe
     gate_max_skip_s: float = 5.0  # ... or this long after it anyway (proactive.ChangeGate); 0 novelty: always
     narrate: bool = False  # comment on the scene without being asked ({"type": "say"} outputs)
@@ -55,8 +61,12 @@ class EngineConfig:
         if self.narrate_min_gap_s > self.narrate_max_silence_s:
             raise ValueError(f"narrate_min_gap_s must be <= narrate_max_silence_s, got {self.narrate_min_gap_s} > "
                              f"{self.narrate_max_silence_s}")
+        self.trigger_thresholds()  # raises on inconsistent trigger defaults
         if self.frame_px is not None and self.frame_px < 28:
             raise ValueError(f"frame_px must be >= 28 (two merged patches), got {self.frame_px}")
+
+    def trigger_thresholds(self) -> Thresholds:
+        return Thresholds(self.trigger_fire, self.trigger_reset, self.trigger_k, self.trigger_cooldown_s)
 
     def replace(self, **changes) -> EngineConfig:
         return dataclasses.replace(self, **changes)

@@ -139,8 +139,10 @@ def _np(phrase: str) -> str:
     words = phrase.strip().split()
     if len(words) > 1 and words[0].lower() in ("the", "that", "this", "any", "another"):
         words = words[1:]
+    if len(words) > 1 and words[0].lower() in ("a", "an"):  # the article that fits the next word
+        words = words[1:]
     np_ = " ".join(words)
-    if re.match(r"^(?:a|an)\s", np_, re.IGNORECASE) or _is_plural(np_):
+    if _is_plural(np_):
         return np_
     last = words[-1].lower()
     if last.endswith("s") and not last.endswith(("ss", "us", "is")):

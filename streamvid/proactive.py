@@ -7,6 +7,7 @@ Thread contract: every object here is single-threaded; the reasoning thread owns
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass
 
@@ -36,14 +37,13 @@ class Thresholds:
         if self.cooldown_s < 0:
             raise ValueError(f"cooldown_s must be >= 0, got {self.cooldown_s}")
 
-    @classmethod
-    def of(cls, **overrides) -> Thresholds:
-        """Defaults with per-trigger overrides; unknown names raise with the known ones."""
-        known = {"fire", "reset", "k", "cooldown_s"}
+    def replace(self, **overrides) -> Thresholds:
+        """These thresholds with some replaced (per-trigger overrides); unknown names raise with the known ones."""
+        known = {f.name for f in dataclasses.fields(self)}
         unknown = set(overrides) - known
         if unknown:
             raise ValueError(f"unknown trigger thresholds {sorted(unknown)}; known: {sorted(known)}")
-        return cls(**overrides)
+        return dataclasses.replace(self, **overrides)
 
 
 class FiringRule:

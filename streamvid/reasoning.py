@@ -31,7 +31,7 @@ from streamvid.future import Probe, acknowledgement, parse_request
 from streamvid.kv_window import Block, KVWindow, WindowSnapshot
 from streamvid.memory import LongTermMemory
 from streamvid.positions import layout
-from streamvid.proactive import ChangeGate, FiringRule, NarrationPolicy, Thresholds
+from streamvid.proactive import ChangeGate, FiringRule, NarrationPolicy
 from streamvid.types import Output, Question
 
 _NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
@@ -179,7 +179,7 @@ class ReasoningWorker:
         request = parse_request(q.text)
         if request is None:
             return self.answer(q, emit)
-        self.triggers.add(Trigger(q.id, request.condition, request.probe, FiringRule(Thresholds()),
+        self.triggers.add(Trigger(q.id, request.condition, request.probe, FiringRule(self.config.trigger_thresholds()),
                                   once=not request.repeat, created_t_s=q.t_s))
         ack = Output("answer", q.id, acknowledgement(request), {
             "question": q.text, "t_s": round(q.t_s, 3), "ttft_ms": None, "tokens": 0, "tokens_per_s": None,

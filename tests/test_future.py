@@ -81,6 +81,8 @@ def test_other_questions_are_answered_now(text):
     ("Tell me when a blue star appears", BLUE_STAR, "There is a blue star now."),
     ("a blue star appears", BLUE_STAR, "There is a blue star now."),
     ("an orange hexagon", "Is there an orange hexagon now? Answer yes or no.", "There is an orange hexagon now."),
+    ("a orange hexagon", "Is there an orange hexagon now? Answer yes or no.", "There is an orange hexagon now."),
+    ("an red star", "Is there a red star now? Answer yes or no.", "There is a red star now."),
     ("the orange hexagon leaves", "Is there an orange hexagon now? Answer yes or no.", "An orange hexagon is gone now."),
     ("Is the circle red?", "Is the circle red now? Answer yes or no.", "Is the circle red now? Yes."),
     ("a person is waving", "Is it true now that a person is waving? Answer yes or no.", "Now: a person is waving."),

@@ -69,8 +69,8 @@ def test_time_must_not_go_back_and_thresholds_are_checked():
     with pytest.raises(ValueError, match="k must be >= 1"):
         Thresholds(k=0)
     with pytest.raises(ValueError, match="unknown trigger thresholds"):
-        Thresholds.of(fire=0.7, patience=3)
-    assert Thresholds.of(fire=0.7).fire == 0.7 and Thresholds.of().k == Thresholds().k
+        Thresholds().replace(fire=0.7, patience=3)
+    assert Thresholds(k=3).replace(fire=0.7) == Thresholds(fire=0.7, k=3)
 
 
 def _unit(v):

@@ -46,8 +46,40 @@ class Truth:
     def enters(self, pair) -> list[float]:
         return [tr["enter_s"] for tr in self.tracks if (tr["colours"][0][1], tr["shape"]) == pair]
 
+    def shown(self) -> set[tuple[str, str]]:
+        return {(c, tr["shape"]) for tr in self.tracks for _, c in tr["colours"]}
+
 
 TRUTH = Truth(DEMO / "shapes_7.timeline.json")
+EPISODE = json.loads((DEMO / "episodes.jsonl").read_text().splitlines()[0])
+FORWARD = [(q, r) for q in EPISODE["events"] for r in EPISODE["events"]
+           if r["kind"] == "expected_response" and r["ref"] == q.get("id")]
+OFTEN = max(sorted(TRUTH.shown()), key=lambda p: len(TRUTH.enters(p)))  # the pair that enters most often
+NEVER = next((c, s) for c in ("red", "orange", "yellow", "green", "blue", "purple")
+             for s in ("circle", "square", "triangle", "star", "hexagon", "diamond") if (c, s) not in TRUTH.shown())
+FIRST = (TRUTH.tracks[0]["colours"][0][1], TRUTH.tracks[0]["shape"])  # on screen from the first seconds
+
+
+def _a(pair) -> str:
+    return f"{'an' if pair[0][0] in 'aeiou' else 'a'} {pair[0]} {pair[1]}"
+
+
+def decision_times(t_end: float, question_times=()) -> list[float]:
+    """When the engine decides in a replay: the last frame of each 2-frame chunk, where a question at T flushes the
+    partial chunk before the first frame after T (an independent model of IngestWorker + run_simulated)."""
+    times, pending, qs = [], [], sorted(question_times)
+    for k in range(round(t_end * FPS)):
+        t = k / FPS
+        while qs and qs[0] < t:
+            qs.pop(0)
+            if pending:
+                times.append(pending[-1])
+                pending = []
+        pending.append(t)
+        if len(pending) == 2:
+            times.append(t)
+            pending = []
+    return times + pending[-1:]
 
 
 class OracleAdapter:
@@ -149,24 +181,26 @@ def test_probe_many_equals_one_probe_at_a_time(adapter):
 
 
 def test_tell_me_when_is_acknowledged_then_alerts_once_at_the_event(adapter, frame_times):
-    pair = ("green", "circle")
-    t_event = min(t for t in TRUTH.enters(pair) if t > 9.5)
-    assert pair not in TRUTH.pairs(9.5) and t_event == 12.5
-    never = ("blue", "star")
-    assert all(never not in TRUTH.pairs(k / FPS) for k in range(int(60 * FPS)))
-    sa, outs = _run(adapter, frame_times, questions=[(9.5, "Let me know when a green circle appears."),
-                                                     (20.0, "Tell me when a blue star appears.")])
+    q, gold = FORWARD[0]
+    pair = tuple(gold["gold_text"].split())
+    assert pair not in TRUTH.pairs(q["t"]) and gold["t_gold"] in TRUTH.enters(pair)
+    t_end = gold["t_gold"] + 10.0
+    decisions = [d for d in decision_times(t_end, [q["t"], 1.0]) if d > q["t"] - 1.0]
+    seen = [pair in TRUTH.pairs(d) for d in decisions]
+    i = next(i for i in range(len(seen) - 1) if seen[i] and seen[i + 1])  # k=2: two positive chunks in a row
+    sa, outs = _run(adapter, frame_times, t_end=t_end,
+                    questions=[(q["t"], q["text"]), (1.0, f"Tell me when {_a(NEVER)} appears.")])
     kinds = [(o.kind, o.id) for o in outs]
-    assert kinds == [("answer", "q0"), ("alert", "q0"), ("answer", "q1")]  # no alert for the blue star
-    ack, alert = outs[0], outs[1]
-    assert ack.text == "OK, I will tell you when a green circle appears." and ack.data["t_s"] == 9.5
-    assert ack.data["trigger_id"] == "q0"
-    # k=2 positive chunks: the chunk [12.0, 12.5] and [13.0, 13.5] -> decided at 13.5
-    assert alert.data["t_s"] == 13.5 and alert.data["score"] == 0.95
-    assert alert.to_json() == {"type": "alert", "trigger_id": "q0", "condition": "a green circle appears",
-                               "t_s": 13.5, "score": 0.95, "evidence_t_s": [[12.0, 14.0]],
-                               "text": "There is a green circle now."}
-    assert sa.triggers() == [t for t in sa.triggers() if t["trigger_id"] == "q1"]  # q0 answered: retired
+    assert kinds == [("answer", "q0"), ("answer", "q1"), ("alert", "q1")]  # never an alert for NEVER
+    ack, alert = outs[1], outs[2]
+    assert ack.text == f"OK, I will tell you when {_a(pair)} appears." and ack.data["t_s"] == q["t"]
+    assert ack.data["trigger_id"] == "q1"
+    assert alert.to_json() == {"type": "alert", "trigger_id": "q1", "condition": f"{_a(pair)} appears",
+                               "t_s": decisions[i + 1], "score": 0.95,
+                               "evidence_t_s": [[decisions[i] - 0.5, decisions[i + 1] + 0.5]],
+                               "text": f"There is {_a(pair)} now."}
+    assert gold["window"][0] <= alert.data["t_s"] <= gold["window"][1]
+    assert [t["trigger_id"] for t in sa.triggers()] == ["q0"]  # q1 answered: retired; q0 still waits
     assert sa.stats()["alerts"] == 1
 
 
@@ -177,19 +211,20 @@ def _edges(pair, k_times, rising=True):
 
 
 def test_standing_watches_fire_on_every_rising_edge_and_negated_ones_on_falling(adapter, frame_times):
-    decisions = [k / FPS + 0.5 for k in range(0, 120, 2)]  # last frame of each 2-frame chunk, first 60 s
+    decisions = decision_times(120.0)  # watches do not flush: 0.5, 1.5, ...
+    assert decisions[:2] == [0.5, 1.5]
     no_cooldown = {"k": 2, "cooldown_s": 0.0}
-    sa, outs = _run(adapter, frame_times, thresholds={"a green circle": no_cooldown,
-                                                      "the green circle leaves": no_cooldown},
-                    watches=[(0.0, "Is there a blue star?")])
+    often = _a(OFTEN)
+    sa, outs = _run(adapter, frame_times, t_end=120.0, thresholds={often: no_cooldown,
+                                                                   f"the {OFTEN[0]} {OFTEN[1]} leaves": no_cooldown},
+                    watches=[(0.0, f"Is there {_a(NEVER)}?")])
     ids = [tr["trigger_id"] for tr in sa.triggers()]
     assert ids == ["w0", "w1", "w2"]
     # k=2: an edge fires one chunk later if the new state holds; a trigger starts armed, so "leaves" fires at the
-    # start too (the green circle is not on screen yet)
-    green = ("green", "circle")
-    expected_on = [t + 1.0 for t in _edges(green, decisions) if green in TRUTH.pairs(t + 1.0)]
-    expected_off = [t + 1.0 for t in _edges(green, decisions, rising=False) if green not in TRUTH.pairs(t + 1.0)]
-    assert len(expected_on) >= 2 and len(expected_off) >= 2, "the clip shows a green circle twice in 60 s"
+    # start too if the pair is not on screen yet
+    expected_on = [t + 1.0 for t in _edges(OFTEN, decisions) if OFTEN in TRUTH.pairs(t + 1.0)]
+    expected_off = [t + 1.0 for t in _edges(OFTEN, decisions, rising=False) if OFTEN not in TRUTH.pairs(t + 1.0)]
+    assert len(expected_on) >= 2 and len(expected_off) >= 2, "the clip shows the pair at least twice"
     got = {tid: [o.data["t_s"] for o in outs if o.kind == "alert" and o.id == tid] for tid in ids}
     assert got["w0"] == expected_on
     assert got["w1"] == expected_off
@@ -198,7 +233,7 @@ def test_standing_watches_fire_on_every_rising_edge_and_negated_ones_on_falling(
 
 
 def test_change_gate_skips_probes_on_unchanged_scenes_without_changing_alerts(adapter, frame_times, monkeypatch):
-    watches = [(0.0, "a green circle"), (0.0, "an orange hexagon"), (0.0, "a blue star")]
+    watches = [(0.0, _a(OFTEN)), (0.0, _a(FIRST)), (0.0, _a(NEVER))]
     gated, outs_g = _run(adapter, frame_times, watches=watches, monkeypatch=monkeypatch, gate_min_novelty=0.01,
                          gate_max_skip_s=30.0)
     always, outs_a = _run(adapter, frame_times, watches=watches, monkeypatch=monkeypatch, gate_min_novelty=0.0)
@@ -266,12 +301,12 @@ def test_narration_says_something_new_only(adapter, frame_times):
 def test_watch_api_and_threaded_alerts(adapter, frame_times):
     oracle = OracleAdapter(adapter, frame_times)
     with StreamingAssistant(_cfg(), adapter=oracle) as sa:
-        tid = sa.watch("a green circle", fire=0.7, k=1, cooldown_s=0.0)
-        gone = sa.watch("Tell me when a purple star appears")
+        tid = sa.watch(_a(FIRST), fire=0.7, k=1, cooldown_s=0.0)
+        gone = sa.watch(f"Tell me when {_a(NEVER)} appears")
         assert [t["trigger_id"] for t in sa.triggers()] == [tid, gone]
         first = sa.triggers()[0]
         assert (first["condition"], first["probe"], first["fire"], first["k"]) == \
-            ("a green circle", "Is there a green circle now? Answer yes or no.", 0.7, 1)
+            (_a(FIRST), f"Is there {_a(FIRST)} now? Answer yes or no.", 0.7, 1)
         assert sa.unwatch(gone) and not sa.unwatch(gone) and not sa.unwatch("w99")
         with pytest.raises(ValueError, match="unknown trigger thresholds"):
             sa.watch("a red square", patience=2)
@@ -283,7 +318,7 @@ def test_watch_api_and_threaded_alerts(adapter, frame_times):
         alerts += [o for o in sa.outputs(timeout_s=1.0) if o.kind == "alert"]
     assert alerts and all(o.id == tid for o in alerts)
     # on a thread, reasoning may decide on fewer chunks than ingest encodes; every alert is still true when made
-    assert all(("green", "circle") in TRUTH.pairs(o.data["t_s"]) for o in alerts)
+    assert all(FIRST in TRUTH.pairs(o.data["t_s"]) for o in alerts)
 
 
 def test_cli_run_prints_alerts_in_stream_order_with_answers(tiny_model_dir):
@@ -292,7 +327,7 @@ def test_cli_run_prints_alerts_in_stream_order_with_answers(tiny_model_dir):
 
     p = subprocess.run([sys.executable, "-m", "streamvid.cli", "run", str(CLIP), "--model", str(tiny_model_dir),
                         "--max-new-tokens", "2", "--ask", "9.5:Tell me when a green circle appears.",
-                        "--ask", "20:How many shapes are there?", "--watch", "0:a blue star", "--narrate"],
+                        "--ask", "20:How many shapes are there?", "--watch", f"0:{_a(NEVER)}", "--narrate"],
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     lines = [json.loads(line) for line in p.stdout.splitlines()]
@@ -312,7 +347,7 @@ def test_reasoning_step_answers_a_question_and_wakes_on_new_blocks(adapter, fram
     """`step` serves a waiting question without waiting for the read timeout, and a new block wakes it."""
     oracle = OracleAdapter(adapter, frame_times)
     sa = StreamingAssistant(_cfg(read_timeout_s=30.0), adapter=oracle)
-    sa.watch("a green circle")
+    sa.watch(_a(FIRST))
     src = FileSource(CLIP, fps=FPS, t_end_s=1.0)
     while (f := src.read()) is not None:
         sa.ingest.push(f)
