@@ -40,7 +40,7 @@ class EngineConfig:
     gate_min_novelty: float = 0.05  # re-probe when the chunk's tokens moved this far from those at the last probe
     gate_max_skip_s: float = 5.0  # ... or this long after it anyway (proactive.ChangeGate); 0 novelty: always
     narrate: bool = False  # comment on the scene without being asked ({"type": "say"} outputs)
-    narrate_prompt: str = "What do you see?"
+    narrate_prompt: str = "What do you see?"  # "{mmss}" in it becomes the chunk's stream time, e.g. "01:05"
     narrate_min_gap_s: float = 3.0  # stream seconds between two looks
     narrate_max_silence_s: float = 30.0  # look again after this long without a remark, changed scene or not
     narrate_min_novelty: float = 0.1  # scene change (proactive.novelty of chunk tokens) that makes a look due

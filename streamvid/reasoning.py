@@ -263,7 +263,8 @@ class ReasoningWorker:
 
     def _narrate(self, r: _Round, emit: Callable[[Output], None]) -> None:
         pieces = []
-        prompt = self.adapter.prompt(self.config.narrate_prompt)
+        t = int(r.t_s)
+        prompt = self.adapter.prompt(self.config.narrate_prompt.replace("{mmss}", f"{t // 60:02d}:{t % 60:02d}"))
         for piece in self.adapter.generate(r.context, prompt, self.config.max_new_tokens, self.stop):
             if not self.questions.empty():
                 return  # a question came in: it goes first; this look is not counted and is due again

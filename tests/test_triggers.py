@@ -93,6 +93,7 @@ class OracleAdapter:
         self._frame_times = frame_times
         self._chunks: list[tuple[torch.Tensor, float]] = []
         self.calls: list[str] = []
+        self.prompts: list[str] = []
         self.on_probe = None  # called inside each probe forward (a test hook)
 
     def __getattr__(self, name):
@@ -130,6 +131,7 @@ class OracleAdapter:
 
     def generate(self, context, prompt, max_new_tokens, stop=None):
         self.calls.append("generate")
+        self.prompts.append(prompt)
         for piece in self._real.generate(context, prompt, max_new_tokens, stop):
             self.calls.append("token")
             yield piece
@@ -291,8 +293,11 @@ def test_narration_gives_way_to_a_question_within_one_token(adapter, frame_times
 
 def test_narration_says_something_new_only(adapter, frame_times):
     sa, outs = _run(adapter, frame_times, narrate=True, narrate_min_gap_s=2.0, narrate_max_silence_s=8.0,
-                    narrate_min_novelty=0.0, narrate_prompt="What is on screen?")
+                    narrate_min_novelty=0.0, narrate_prompt="What was on screen at {mmss}?")
     says = [o for o in outs if o.kind == "say"]
+    prompts = sa.adapter.prompts
+    assert len(prompts) >= len(says) and "What was on screen at 00:00?" in prompts[0]
+    assert any("What was on screen at 00:10?" in p for p in prompts)  # a look every 2 s: 0.5, 2.5, ... 10.5
     assert says and all(set(o.to_json()) == {"type", "t_s", "text"} for o in says)
     assert all(b.data["t_s"] - a.data["t_s"] >= 2.0 for a, b in zip(says, says[1:]))
     assert all(a.text.lower() != b.text.lower() for a, b in zip(says, says[1:]))
