@@ -9,9 +9,9 @@
 
 Thread contract: `start`, `ask`, `watch`, `unwatch`, `triggers`, `outputs`, `stats` and `stop` are for the
 caller's thread(s). `ask` only puts on the bounded questions queue and `watch`/`unwatch` only change the trigger
-set (see reasoning.TriggerSet); answers, tokens, alerts and narration come back on the outputs queue. A worker's exception stops
-the session and is re-raised by `outputs()` (and `stop()`). `run_simulated` runs both workers' logic on the
-caller's thread, in stream order, for reproducible replays; it must not be mixed with `start`.
+set (see reasoning.TriggerSet); answers, tokens, alerts and narration come back on the outputs queue. A worker's
+exception stops the session and is re-raised by `outputs()` (and `stop()`). `run_simulated` runs both workers'
+logic on the caller's thread, in stream order, for reproducible replays; it must not be mixed with `start`.
 """
 
 from __future__ import annotations

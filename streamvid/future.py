@@ -28,7 +28,8 @@ from dataclasses import dataclass
 ANSWER_SUFFIX = "Answer yes or no."
 
 _POLITE = r"(?:(?:hey|hi|ok|okay|so|and|also|please|kindly|just|now)[,]?\s+)*"
-_CAN_YOU = r"(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?|i\s+(?:want|need|would\s+like|'d\s+like)\s+you\s+to\s+)?"
+_CAN_YOU = (r"(?:(?:can|could|would|will)\s+you\s+(?:please\s+)?"
+            r"|i\s+(?:want|need|would\s+like|'d\s+like)\s+you\s+to\s+)?")
 _ME = r"(?:me|us)"
 _TELL = (r"(?:tell|inform|notify|alert|warn|ping|remind|signal|message|text|call|buzz|nudge|wake)\s+" + _ME
          + r"|let\s+" + _ME + r"\s+know|give\s+" + _ME + r"\s+a\s+(?:shout|heads[\s-]up|ping|call|sign|signal|nudge)"
@@ -120,11 +121,13 @@ def acknowledgement(request: FutureRequest) -> str:
 _ARTICLE = r"(?:a|an|the|one|any|some|another|two|three|four|five|six|\d+)"
 _APPEAR = (r"(?:appears?|shows?\s+up|enters?(?:\s+the\s+(?:screen|frame|picture|scene|view))?|pops?\s+up|arrives?"
            r"|turns?\s+up|comes?\s+(?:in(?:to\s+(?:view|the\s+picture|the\s+frame))?|back|on\s*screen|into\s+view)"
-           r"|is\s+(?:visible|on\s*screen|on\s+the\s+screen|in\s+(?:view|the\s+picture|the\s+frame)|there|here|back|shown)"
+           r"|is\s+(?:visible|on\s*screen|on\s+the\s+screen|in\s+(?:view|the\s+picture|the\s+frame)"
+           r"|there|here|back|shown)"
            r"|are\s+(?:visible|on\s*screen|on\s+the\s+screen|in\s+view|there|here|back|shown)"
            r"|can\s+be\s+seen|becomes?\s+visible|is\s+seen|is|are)")  # bare "is": "on screen" was cut off
 _VANISH = (r"(?:leaves?(?:\s+the\s+(?:screen|frame|picture|scene|view))?|disappears?|vanishes?|goes\s+away|is\s+gone"
-           r"|are\s+gone|exits?|is\s+no\s+longer\s+(?:visible|there|on\s*screen)|is\s+not\s+(?:visible|there|on\s*screen)"
+           r"|are\s+gone|exits?|is\s+no\s+longer\s+(?:visible|there|on\s*screen)"
+           r"|is\s+not\s+(?:visible|there|on\s*screen)"
            r"(?:\s+any\s*more)?)")
 _BECOME = r"(?:turns?(?:\s+into)?|becomes?|goes|changes?\s+(?:colou?r\s+)?to|is\s+now|gets)"
 _THERE = r"(?:you\s+(?:can\s+)?see|you\s+spot|i\s+can\s+see|there\s+is|there's|there\s+are|there\s+will\s+be)"
@@ -164,7 +167,8 @@ def _presence(np_: str, negate: bool) -> Probe:
 
 
 _PRONOUN = re.compile(r"^(?:someone|somebody|anyone|anybody|something|anything|people|nobody|nothing)\b", re.IGNORECASE)
-_SCREEN = re.compile(r"\s+(?:on\s*(?:the\s+)?screen|in\s+(?:the\s+)?(?:view|picture|frame|scene|video))$", re.IGNORECASE)
+_SCREEN = re.compile(r"\s+(?:on\s*(?:the\s+)?screen|in\s+(?:the\s+)?(?:view|picture|frame|scene|video))$",
+                     re.IGNORECASE)
 _PLACE = r"(?:\s+(?P<place>(?:on|in|at|from|into|near|by|behind|under|over)\s+.+))?"
 
 

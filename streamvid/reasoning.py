@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from streamvid.adapters.base import VideoLLMAdapter
-from streamvid.adapters.base import Context
+from streamvid.adapters.base import Context, VideoLLMAdapter
 from streamvid.config import EngineConfig
 from streamvid.future import Probe, acknowledgement, parse_request
 from streamvid.kv_window import Block, KVWindow, WindowSnapshot
@@ -179,8 +178,9 @@ class ReasoningWorker:
         request = parse_request(q.text)
         if request is None:
             return self.answer(q, emit)
-        self.triggers.add(Trigger(q.id, request.condition, request.probe, FiringRule(self.config.trigger_thresholds()),
-                                  once=not request.repeat, created_t_s=q.t_s))
+        rule = FiringRule(self.config.trigger_thresholds())
+        self.triggers.add(Trigger(q.id, request.condition, request.probe, rule, once=not request.repeat,
+                                  created_t_s=q.t_s))
         ack = Output("answer", q.id, acknowledgement(request), {
             "question": q.text, "t_s": round(q.t_s, 3), "ttft_ms": None, "tokens": 0, "tokens_per_s": None,
             "evidence_t_s": [], "retrieved_blocks": [], "trigger_id": q.id})

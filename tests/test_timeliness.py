@@ -49,6 +49,7 @@ def test_one_window(replies, k, p, r):
 def test_one_reply_near_two_windows_goes_where_it_earns_most():
     # 13.5 s: 0.5 s late for W1 (exp(-0.5^2 / (2 * 0.75^2)) = 0.8007), 0.5 s early for W2 (exp(-0.5^2 / 4.5) = 0.9460)
     to_w1, to_w2 = math.exp(-0.25 / 1.125), math.exp(-0.25 / 4.5)
+    assert (credit(13.5, W1), credit(13.5, W2)) == pytest.approx((to_w1, to_w2))
     m = match([13.5], [W1, W2], k=1)
     assert m.window_replies == [[], [13.5]] and m.window_score == pytest.approx([0.0, to_w2])
     got = timeliness_f1([Question([W1, W2], [13.5])])
@@ -94,7 +95,8 @@ def test_delays_and_report():
 def test_score_trace_reads_alerts_for_forward_questions(tmp_path):
     ep = {"schema": "stream-episode/1", "episode_id": "e1", "video": {"path": "v.mp4", "t_start": 0.0, "t_end": 60.0},
           "events": [
-              {"id": "q0", "t": 5.0, "kind": "user_query", "text": "Tell me when a blue star appears.", "task": "forward"},
+              {"id": "q0", "t": 5.0, "kind": "user_query", "text": "Tell me when a blue star appears.",
+               "task": "forward"},
               {"id": "r0", "kind": "expected_response", "ref": "q0", "t_gold": 10.0, "window": [9.0, 13.0],
                "timing": {"sigma_early": 1.5, "sigma_late": 0.75}},
               {"id": "q1", "t": 20.0, "kind": "user_query", "text": "Let me know when a red circle appears.",
@@ -110,7 +112,7 @@ def test_score_trace_reads_alerts_for_forward_questions(tmp_path):
         {"episode_id": "e1", "event_id": "q1", "type": "answer", "text": "OK", "t_s": 20.0, "ttft_ms": None},
         {"episode_id": "e1", "event_id": "q1", "type": "alert", "trigger_id": "q1", "t_s": 45.0, "text": "."},
     ]) + "\n")
-    rep = score_trace(load_episodes(eps), trace)["proactive"]
+    rep = score_trace(load_episodes(eps), trace)["proactive"]  # one on time, one 12 s late (false and a miss)
     assert rep["timeliness_f1_k1"] == {"f1": round(f1(0.5, 0.5), 4), "precision": 0.5, "recall": 0.5}
     assert rep["false_alerts"] == 1 and rep["false_alerts_per_10min"] == pytest.approx(10.0)
     assert rep["delay_s_median"] == pytest.approx(1.0) and rep["missed_windows"] == 1

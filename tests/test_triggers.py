@@ -8,6 +8,7 @@ same clips is tested in test_speaking_bundled.py.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import queue
@@ -165,6 +166,7 @@ def _run(adapter, frame_times, t_end=60.0, questions=(), watches=(), thresholds=
 
 def test_probe_many_equals_one_probe_at_a_time(adapter):
     from conftest import random_frames
+
     from streamvid.kv_window import Block
     from streamvid.positions import concat
 
@@ -239,7 +241,9 @@ def test_change_gate_skips_probes_on_unchanged_scenes_without_changing_alerts(ad
     gated, outs_g = _run(adapter, frame_times, watches=watches, monkeypatch=monkeypatch, gate_min_novelty=0.01,
                          gate_max_skip_s=30.0)
     always, outs_a = _run(adapter, frame_times, watches=watches, monkeypatch=monkeypatch, gate_min_novelty=0.0)
-    alerts = lambda outs: [(o.id, o.data["t_s"]) for o in outs if o.kind == "alert"]  # noqa: E731
+    def alerts(outs):
+        return [(o.id, o.data["t_s"]) for o in outs if o.kind == "alert"]
+
     assert alerts(outs_g) == alerts(outs_a) and alerts(outs_a)
     sg, sa_ = gated.stats(), always.stats()
     assert sa_["probes_skipped"] == 0 and sa_["probes_run"] == 3 * 60
@@ -252,7 +256,7 @@ def test_questions_come_first_a_probe_delays_an_answer_by_one_forward_at_most(ad
     oracle = OracleAdapter(adapter, frame_times)
     sa = StreamingAssistant(_cfg(probe_batch=2), adapter=oracle)
     for i in range(6):
-        sa.watch(f"a {'red green blue orange yellow purple'.split()[i]} circle")
+        sa.watch(f"a {COLOURS[i]} circle")
     src = FileSource(CLIP, fps=FPS, t_end_s=2.0)
     while (f := src.read()) is not None:
         sa.ingest.push(f)
@@ -287,7 +291,7 @@ def test_narration_gives_way_to_a_question_within_one_token(adapter, frame_times
     while sa.reasoning.work(out.append):
         pass
     assert oracle.calls[:3] == ["generate", "token", "generate"]  # narration stopped after its first token
-    assert [o.kind for o in out if o.kind != "token"][0] == "answer"
+    assert next(o.kind for o in out if o.kind != "token") == "answer"
     assert sa.reasoning.narration.last_look_s is None  # the abandoned look is due again at the next chunk
 
 
@@ -299,8 +303,8 @@ def test_narration_says_something_new_only(adapter, frame_times):
     assert len(prompts) >= len(says) and "What was on screen at 00:00?" in prompts[0]
     assert any("What was on screen at 00:10?" in p for p in prompts)  # a look every 2 s: 0.5, 2.5, ... 10.5
     assert says and all(set(o.to_json()) == {"type", "t_s", "text"} for o in says)
-    assert all(b.data["t_s"] - a.data["t_s"] >= 2.0 for a, b in zip(says, says[1:]))
-    assert all(a.text.lower() != b.text.lower() for a, b in zip(says, says[1:]))
+    assert all(b.data["t_s"] - a.data["t_s"] >= 2.0 for a, b in itertools.pairwise(says))
+    assert all(a.text.lower() != b.text.lower() for a, b in itertools.pairwise(says))
 
 
 def test_watch_api_and_threaded_alerts(adapter, frame_times):
@@ -333,7 +337,7 @@ def test_cli_run_prints_alerts_in_stream_order_with_answers(tiny_model_dir):
     p = subprocess.run([sys.executable, "-m", "streamvid.cli", "run", str(CLIP), "--model", str(tiny_model_dir),
                         "--max-new-tokens", "2", "--ask", "9.5:Tell me when a green circle appears.",
                         "--ask", "20:How many shapes are there?", "--watch", f"0:{_a(NEVER)}", "--narrate"],
-                       capture_output=True, text=True, timeout=600)
+                       check=False, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     lines = [json.loads(line) for line in p.stdout.splitlines()]
     assert lines[-1]["type"] == "stats" and lines[-1]["triggers_active"] >= 1
@@ -344,7 +348,7 @@ def test_cli_run_prints_alerts_in_stream_order_with_answers(tiny_model_dir):
     assert {x["type"] for x in lines[:-1]} <= {"answer", "alert", "say"}
     assert any(x["type"] == "say" for x in lines)
     bad = subprocess.run([sys.executable, "-m", "streamvid.cli", "run", str(CLIP), "--watch", "soon:a star"],
-                         capture_output=True, text=True, timeout=120)
+                         check=False, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "expected T:CONDITION" in bad.stderr
 
 
