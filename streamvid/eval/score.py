@@ -20,6 +20,7 @@ from pathlib import Path
 from streamvid.config import EngineConfig
 from streamvid.eval import timeliness
 from streamvid.eval.metrics import score
+from streamvid.eval.recall import retrieval_recall
 
 SCHEMA = "stream-episode/1"
 
@@ -47,7 +48,8 @@ def load_episodes(path: str | Path) -> list[dict]:
         ids = {e.get("id") for e in ep["events"] if isinstance(e, dict)}
         for e in ep["events"]:
             need = {"user_query": ("id", "t", "text"), "probe": ("id", "t", "text", "gold"),
-                    "expected_answer": ("ref", "gold", "scorer"), "expected_response": ("ref",)}.get(
+                    "expected_answer": ("ref", "gold", "scorer"), "expected_response": ("ref",),
+                    "context": ("id", "t", "text")}.get(
                 e.get("kind") if isinstance(e, dict) else None)
             if need is None:
                 raise ValueError(f"{path}:{n}: event with unknown kind: {str(e)[:80]}")
@@ -160,6 +162,7 @@ def score_trace(episodes: list[dict], trace_path: str | Path) -> dict:
     tasks = {t: {"correct": c, "n": n, "accuracy": round(c / n, 4)} for t, (c, n) in sorted(per_task.items())}
     total_c, total_n = sum(c for c, _ in per_task.values()), sum(n for _, n in per_task.values())
     return {"tasks": tasks, "overall": round(total_c / total_n, 4) if total_n else None, "n": total_n,
+            "retrieval_recall": retrieval_recall(episodes, trace_path),
             "ttft_ms_median": sorted(ttfts)[len(ttfts) // 2] if ttfts else None,
             "proactive": {**timeliness.report(forward, stream_s), "probes": {
                 **probes, "skipped_share": round(probes["skipped"] / max(1, probes["run"] + probes["skipped"]), 4)}}
