@@ -4,6 +4,7 @@
                   [--fps F] [--realtime] [--window-tokens N] [--memory-top-k K]
     streamvid demo [--model M] [--video V] [--host 127.0.0.1] [--port 7860] [--auth USER:PASS]
     streamvid score EPISODES.jsonl... [--model M] [--out DIR] [--memory-top-k K] [--from-trace TRACE]
+    streamvid convert ovo-bench|streamingbench|rvs|proactivevideoqa|svbench FILE... --videos DIR --out EPISODES.jsonl
     streamvid synth --seed S --minutes N --out DIR
     streamvid train-tiny --out models/streamvid-tiny
 
@@ -112,6 +113,16 @@ def cmd_score(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_convert(args: argparse.Namespace) -> int:
+    from streamvid.eval.convert import write
+
+    summary = write(args.benchmark, args.files, args.videos, args.out)
+    for warning in summary.pop("warnings"):
+        print(f"streamvid convert: warning: {warning}", file=sys.stderr)
+    _print(summary)
+    return 0
+
+
 def cmd_synth(args: argparse.Namespace) -> int:
     from streamvid.synth.episodes import write_dataset
 
@@ -205,6 +216,13 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--max-new-tokens", type=int, default=16)
     sc.add_argument("--device", default=d.device)
     sc.set_defaults(func=cmd_score)
+
+    cv = sub.add_parser("convert", help="convert a benchmark's annotation files to stream episodes")
+    cv.add_argument("benchmark", choices=("ovo-bench", "streamingbench", "rvs", "proactivevideoqa", "svbench"))
+    cv.add_argument("files", type=Path, nargs="+", help="the benchmark's annotation files, as published")
+    cv.add_argument("--videos", type=Path, required=True, help="the folder holding the benchmark's videos")
+    cv.add_argument("--out", type=Path, required=True, help="the episodes file to write (JSONL)")
+    cv.set_defaults(func=cmd_convert)
 
     s = sub.add_parser("synth", help="write ShapesWorld videos, timelines and episodes")
     s.add_argument("--seed", type=int, required=True)
