@@ -3,7 +3,8 @@
     streamvid run VIDEO|URL|cam:N [--model M] [--ask T:QUESTION]... [--watch T:CONDITION]... [--narrate]
                   [--fps F] [--realtime] [--window-tokens N] [--memory-top-k K]
     streamvid demo [--model M] [--video V] [--host 127.0.0.1] [--port 7860] [--auth USER:PASS]
-    streamvid score EPISODES.jsonl... [--model M] [--out DIR] [--memory-top-k K] [--from-trace TRACE]
+    streamvid score EPISODES.jsonl... [--model M] [--out DIR] [--mode native|replay] [--resume] [--from-trace TRACE]
+                    [--memory-top-k K] [--no-plots]
     streamvid convert ovo-bench|streamingbench|rvs|proactivevideoqa|svbench FILE... --videos DIR --out EPISODES.jsonl
     streamvid synth --seed S --minutes N --out DIR
     streamvid train-tiny --out models/streamvid-tiny
@@ -100,15 +101,22 @@ def _run_live(sa, source, asks: list[tuple[float, str]], watches: list[tuple[flo
 
 def cmd_score(args: argparse.Namespace) -> int:
     from streamvid.config import EngineConfig
-    from streamvid.eval.score import load_all, score_files, score_trace
+    from streamvid.eval.batch import score_files
+    from streamvid.eval.report import write_reports
+    from streamvid.eval.score import load_all
 
     if args.from_trace:
-        report = score_trace(load_all(args.episodes), args.from_trace)
+        if not args.from_trace.is_file():
+            raise ValueError(f"trace not found: {args.from_trace}")
+        report = write_reports(load_all(args.episodes), args.from_trace, args.out, [str(p) for p in args.episodes],
+                               plots=not args.no_plots)
     else:
         cfg = EngineConfig(model=args.model, device=args.device, fps=args.fps, window_tokens=args.window_tokens,
-                           memory_top_k=args.memory_top_k, max_new_tokens=args.max_new_tokens)
+                           memory_top_k=args.memory_top_k, max_new_tokens=args.max_new_tokens,
+                           frame_px=args.frame_px)
         _check_model(cfg.model)
-        report = score_files(args.episodes, cfg, args.out)
+        report = score_files(args.episodes, cfg, args.out, mode=args.mode, resume=args.resume,
+                             plots=not args.no_plots)
     _print(report)
     return 0
 
@@ -210,6 +218,11 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--model", default=str(BUNDLED_MODEL))
     sc.add_argument("--out", type=Path, default=Path("runs/score"))
     sc.add_argument("--from-trace", type=Path, default=None, help="re-score a trace without running the model")
+    sc.add_argument("--mode", choices=("native", "replay"), default="native",
+                    help="native: one pass per video; replay: each benchmark's protocol (a clip per question)")
+    sc.add_argument("--resume", action="store_true", help="keep the episodes finished in DIR/trace.jsonl")
+    sc.add_argument("--no-plots", action="store_true", help="skip the PNG timelines")
+    sc.add_argument("--frame-px", type=int, default=None, help="resize frames to N x N first")
     sc.add_argument("--fps", type=float, default=d.fps)
     sc.add_argument("--window-tokens", type=int, default=d.window_tokens)
     sc.add_argument("--memory-top-k", type=int, default=d.memory_top_k)

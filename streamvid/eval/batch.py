@@ -1,0 +1,250 @@
+"""Batch scoring: run stream episodes natively or by replay, write the trace, then the reports.
+
+    streamvid score EPISODES.jsonl... [--mode native|replay] [--out DIR] [--resume] [--from-trace TRACE]
+
+* `native` (default): one pass per video through the engine, as the assistant is used. Every question is
+  asked at its time as a user would type it (with its options; "tell me when ..." becomes a trigger and its
+  alerts are recorded), answered from exactly the frames up to that time.
+* `replay`: each benchmark's own protocol. Every question is answered on a fresh cache fed only its clip
+  [t0, t] (t0 = 0, or t - protocol.context_window_s) through eval/replay.ClipSource, with the benchmark's prompt
+  template (eval/prompts.py). A question that carries a polling range (StreamingBench proactive output) is
+  polled once a second over the range with the benchmark's yes/no question, incrementally on one pass (each
+  poll sees exactly the frames up to its time, as the official per-poll clips do); the first "yes" (p(yes) >=
+  0.5) is the reply time, and the question is then answered on the clip up to that time and recorded as an
+  alert. Proactive questions without a polling rule run natively.
+
+The trace (DIR/trace.jsonl) holds one JSON record per answer, probe and alert, and one "stats" record that
+closes each episode; `--resume` keeps the episodes closed in an existing trace and runs the rest. Reports are
+computed from the trace alone (eval/report.py), so `--from-trace` reproduces them without the model.
+Progress (episodes done, questions, elapsed, ETA) goes to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from streamvid.config import EngineConfig
+from streamvid.eval import prompts
+from streamvid.eval.replay import ClipSource
+from streamvid.eval.score import load_all
+
+MODES = ("native", "replay")
+_SUM_STATS = ("frames_in", "frames_dropped", "blocks_encoded", "questions_answered", "probes_run", "probes_skipped",
+              "probe_forwards", "alerts")
+
+
+def _queries(ep: dict) -> list[dict]:
+    return [e for e in ep["events"] if e["kind"] == "user_query"]
+
+
+def _proactive_refs(ep: dict) -> set[str]:
+    return {e["ref"] for e in ep["events"] if e["kind"] == "expected_response"}
+
+
+def _config_for(ep: dict, config: EngineConfig) -> EngineConfig:
+    proto = ep.get("protocol") or {}
+    return config.replace(dialogue_turns=int(proto.get("dialogue_turns") or 0),
+                          decision_hz=proto.get("decision_hz") or config.decision_hz)
+
+
+class _Runner:
+    """Runs one episode on a loaded adapter; collects trace records and summed statistics."""
+
+    def __init__(self, ep: dict, config: EngineConfig, adapter) -> None:
+        self.ep, self.config, self.adapter = ep, _config_for(ep, config), adapter
+        self.records: list[dict] = []
+        self.stats: dict = {k: 0 for k in _SUM_STATS} | {"encode_s": 0.0, "stream_s": 0.0, "wall_s": 0.0,
+                                                          "peak_memory_mb": 0.0, "runs": 0, "polls": 0}
+
+    def _assistant(self):
+        from streamvid.assistant import StreamingAssistant
+
+        return StreamingAssistant(self.config, adapter=self.adapter)
+
+    def _file(self, t_end: float | None = None):
+        from streamvid.sources import FileSource
+
+        v = self.ep["video"]
+        end = v.get("t_end")
+        if t_end is not None:
+            end = t_end if end is None else min(end, t_end)
+        return FileSource(v["path"], fps=self.config.fps, t_start_s=v.get("t_start") or 0.0, t_end_s=end,
+                          size=self.config.frame_px)
+
+    def _clip(self, t: float) -> ClipSource:
+        v = self.ep["video"]
+        t0 = v.get("t_start") or 0.0
+        window = (self.ep.get("protocol") or {}).get("context_window_s")
+        if window:
+            t0 = max(t0, t - window)
+        return ClipSource(v["path"], t0, max(t, t0), self.config.fps, size=self.config.frame_px)
+
+    def run(self, source, questions, probes=(), watches=()) -> list:
+        t0 = time.perf_counter()
+        with self._assistant() as sa:
+            outputs = sa.run_simulated(source, questions, probes, watches)
+            st = sa.stats()
+        wall = time.perf_counter() - t0
+        for k in _SUM_STATS:
+            self.stats[k] += st.get(k) or 0
+        if st.get("ingest_frames_per_s"):
+            self.stats["encode_s"] += st["frames_in"] / st["ingest_frames_per_s"]
+        self.stats["stream_s"] += (st.get("frames_in") or 0) / self.config.fps  # stream seconds ingested
+        self.stats["wall_s"] += wall
+        self.stats["peak_memory_mb"] = max(self.stats["peak_memory_mb"], st.get("peak_memory_mb") or 0.0)
+        self.stats["peak_memory_kind"] = st.get("peak_memory_kind")
+        self.stats["runs"] += 1
+        return outputs
+
+    def record(self, event_id: str | None, out_json: dict) -> None:
+        self.records.append({"episode_id": self.ep["episode_id"], "event_id": event_id, **out_json})
+
+    def native(self, queries: list[dict]) -> None:
+        probes = [e for e in self.ep["events"] if e["kind"] == "probe"]
+        order = sorted([(e["t"], 0, i, e) for i, e in enumerate(queries)] +
+                       [(e["t"], 1, i, e) for i, e in enumerate(probes)], key=lambda x: x[0])
+        events = [e for *_, e in order]
+        outputs = self.run(self._file(), [(e["t"], prompts.native_text(e)) for e in queries],
+                           [(e["t"], e["text"]) for e in probes])
+        replies = [o for o in outputs if o.kind in ("answer", "probe")]
+        event_of = {}
+        for event, out in zip(events, replies, strict=True):
+            expected = event["text"] if event["kind"] == "probe" else prompts.native_text(event)
+            if out.data["question"] != expected:
+                raise RuntimeError(f"trace out of order at {self.ep['episode_id']}/{event['id']}")
+            event_of[out.id] = event["id"]
+        for out in outputs:
+            if out.kind in ("answer", "probe", "alert"):
+                self.record(event_of.get(out.id, out.id), out.to_json())
+
+    def replay(self) -> None:
+        proactive = _proactive_refs(self.ep)
+        native = []
+        for e in self.ep["events"]:
+            if e["kind"] == "user_query" and e["id"] in proactive:
+                if e.get("poll") and e.get("gold_output") is not None:
+                    self.poll(e)
+                else:
+                    native.append(e)
+            elif e["kind"] == "user_query":
+                out = self.answer_at(e, e["t"])
+                self.record(e["id"], out.to_json())
+            elif e["kind"] == "probe":
+                outs = self.run(self._clip(e["t"]), [], [(e["t"], e["text"])])
+                self.record(e["id"], next(o for o in outs if o.kind == "probe").to_json())
+        if native:
+            self.native(native)
+
+    def answer_at(self, e: dict, t: float):
+        text = prompts.render(e, self.ep["events"])
+        outs = self.run(self._clip(t), [(t, text)])
+        return next(o for o in outs if o.kind == "answer")
+
+    def poll(self, e: dict) -> None:
+        start, end = e["poll"]
+        times = [start + k for k in range(int(end - start + 1e-6) + 1)]
+        question = prompts.poll_text(e)
+        outs = self.run(self._clip(times[-1]), [], [(t, question) for t in times])
+        polls = [o for o in outs if o.kind == "probe"]
+        self.stats["polls"] += len(polls)
+        fired = next((o for o in polls if o.text == "yes"), None)
+        if fired is None:
+            return
+        t = fired.data["t_s"]
+        answer = self.answer_at(e, t)
+        self.record(e["id"], {"type": "alert", "trigger_id": e["id"], "condition": e["text"], "t_s": t,
+                              "score": fired.data.get("p_yes"), "evidence_t_s": [], "text": answer.text,
+                              "ttft_ms": answer.data.get("ttft_ms")})
+
+
+def run_episode(ep: dict, config: EngineConfig, adapter, mode: str) -> list[dict]:
+    """Trace records for one episode, the closing "stats" record last."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; known: {', '.join(MODES)}")
+    runner = _Runner(ep, config, adapter)
+    if mode == "native":
+        runner.native(_queries(ep))
+    else:
+        runner.replay()
+    st = runner.stats
+    return [*runner.records, {"episode_id": ep["episode_id"], "event_id": None, "type": "stats", "mode": mode,
+                              **{k: (round(v, 3) if isinstance(v, float) else v) for k, v in st.items()}}]
+
+
+def read_trace(path: str | Path) -> tuple[list[dict], set[str]]:
+    """The records of a trace and the episodes it closed (a "stats" record ends an episode); a last line cut off
+    mid-write is dropped."""
+    records, done = [], set()
+    lines = Path(path).read_text().splitlines()
+    while lines and not lines[-1].strip():
+        lines.pop()
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            if n == len(lines):  # the last line of a run that was cut off mid-write
+                break
+            raise ValueError(f"{path}:{n}: not JSON") from None
+        records.append(rec)
+        if rec.get("type") == "stats":
+            done.add(rec["episode_id"])
+    return records, done
+
+
+def _progress(done: int, total: int, q_done: int, q_total: int, t0: float, label: str) -> None:
+    elapsed = time.perf_counter() - t0
+    eta = elapsed / q_done * (q_total - q_done) if q_done else float("nan")
+    print(f"[{done}/{total}] {label}: {q_done}/{q_total} questions, elapsed {elapsed:.1f} s, ETA {eta:.1f} s",
+          file=sys.stderr, flush=True)
+
+
+def run_all(episodes: list[dict], config: EngineConfig, trace_path: str | Path, mode: str = "native",
+            resume: bool = False, progress: Callable[..., None] | None = _progress) -> None:
+    """Run every episode not yet closed in the trace, appending its records episode by episode."""
+    trace_path = Path(trace_path)
+    run_header = {"episode_id": None, "event_id": None, "type": "run", "mode": mode, "model": config.model,
+                  "fps": config.fps, "window_tokens": config.window_tokens, "memory_top_k": config.memory_top_k}
+    kept, done = [], set()
+    if resume and trace_path.is_file():
+        records, done = read_trace(trace_path)
+        header = next((r for r in records if r.get("type") == "run"), None)
+        if header is not None and header.get("mode") != mode:
+            raise ValueError(f"--resume: the trace was run with --mode {header.get('mode')}, not {mode}")
+        kept = [r for r in records if r.get("type") == "run" or r.get("episode_id") in done]
+    if not kept:
+        kept = [run_header]
+    with open(trace_path, "w") as f:  # rewrite: drops the records of an episode that was cut off
+        f.writelines(json.dumps(r) + "\n" for r in kept)
+    todo = [ep for ep in episodes if ep["episode_id"] not in done]
+    if not todo:
+        return
+    from streamvid.adapters.base import load_adapter
+
+    adapter = load_adapter(config.model, config.device, config.dtype, config.index_layer)
+    q_total = sum(len(_queries(ep)) for ep in todo)
+    q_done, t0 = 0, time.perf_counter()
+    for i, ep in enumerate(todo, 1):
+        recs = run_episode(ep, config, adapter, mode)
+        with open(trace_path, "a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in recs)
+        q_done += len(_queries(ep))
+        if progress is not None:
+            progress(len(done) + i, len(episodes), q_done, q_total, t0, ep["episode_id"])
+
+
+def score_files(paths: list[str | Path], config: EngineConfig, out_dir: str | Path, mode: str = "native",
+                resume: bool = False, plots: bool = True) -> dict:
+    """Run, then write report.json, report.md and the timelines; returns the report."""
+    from streamvid.eval.report import write_reports
+
+    episodes = load_all(paths)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    run_all(episodes, config, out / "trace.jsonl", mode, resume)
+    return write_reports(episodes, out / "trace.jsonl", out, [str(p) for p in paths], plots=plots)
