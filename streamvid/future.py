@@ -132,6 +132,10 @@ _VANISH = (r"(?:leaves?(?:\s+the\s+(?:screen|frame|picture|scene|view))?|disappe
 _BECOME = r"(?:turns?(?:\s+into)?|becomes?|goes|changes?\s+(?:colou?r\s+)?to|is\s+now|gets)"
 _THERE = r"(?:you\s+(?:can\s+)?see|you\s+spot|i\s+can\s+see|there\s+is|there's|there\s+are|there\s+will\s+be)"
 _QUESTION = re.compile(r"^(?:is|are|does|do|can|has|have|will)\b", re.IGNORECASE)
+_PRONOUN = re.compile(r"^(?:someone|somebody|anyone|anybody|something|anything|people|nobody|nothing)\b", re.IGNORECASE)
+_SCREEN = re.compile(r"\s+(?:on\s*(?:the\s+)?screen|in\s+(?:the\s+)?(?:view|picture|frame|scene|video))$",
+                     re.IGNORECASE)
+_PLACE = r"(?:\s+(?P<place>(?:on|in|at|from|into|near|by|behind|under|over)\s+.+))?"
 
 
 def _np(phrase: str) -> str:
@@ -164,12 +168,6 @@ def _presence(np_: str, negate: bool) -> Probe:
     if negate:
         return Probe(question, True, f"{np_[0].upper()}{np_[1:]} {'are' if be == 'Are' else 'is'} gone now.")
     return Probe(question, False, f"There {be.lower()} {np_} now.")
-
-
-_PRONOUN = re.compile(r"^(?:someone|somebody|anyone|anybody|something|anything|people|nobody|nothing)\b", re.IGNORECASE)
-_SCREEN = re.compile(r"\s+(?:on\s*(?:the\s+)?screen|in\s+(?:the\s+)?(?:view|picture|frame|scene|video))$",
-                     re.IGNORECASE)
-_PLACE = r"(?:\s+(?P<place>(?:on|in|at|from|into|near|by|behind|under|over)\s+.+))?"
 
 
 def _bare_noun_phrase(low: str) -> bool:
