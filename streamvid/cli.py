@@ -155,7 +155,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     auth = args.auth if args.auth is not None else os.environ.get("STREAMVID_AUTH") or None
     creds = check_bind(args.host, auth)  # refused before the model is loaded
     cfg = EngineConfig(model=args.model, device=args.device, fps=args.fps, frame_px=args.frame_px,
-                       max_new_tokens=args.max_new_tokens)
+                       max_new_tokens=args.max_new_tokens, narrate=args.narrate)
     _check_model(cfg.model)
     policy = InputPolicy.default([upload_folder()], operator_video=args.video, max_upload_mb=args.max_upload_mb)
     manager = SessionManager(cfg, policy, max_sessions=args.max_sessions, idle_timeout_s=args.idle_timeout_s)
@@ -210,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("--max-sessions", type=int, default=4, help="browser tabs / API clients served at once")
     dm.add_argument("--idle-timeout-s", type=float, default=600.0, help="close a session idle this long")
     dm.add_argument("--max-upload-mb", type=float, default=200.0)
+    dm.add_argument("--narrate", action="store_true", help="sessions start with narration on (a page can switch)")
     dm.add_argument("--device", default=d.device)
     dm.set_defaults(func=cmd_demo)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +45,15 @@ def _chromium() -> str:
             pytest.fail(f"browser test required but missing: {', '.join(missing)}")
         pytest.skip(f"missing {', '.join(missing)}")
     return path
+
+
+def wait_until(condition, timeout_s: float = 90.0, what: str = "condition") -> None:
+    tick = threading.Event()
+    for _ in range(int(timeout_s / 0.1)):
+        if condition():
+            return
+        tick.wait(0.1)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def write_y4m(path: Path, clip: Path, seconds: float, scale: int = 4) -> Path:
@@ -126,5 +136,9 @@ def test_webcam_question_and_timestamped_answer_in_chromium(served, tmp_path):
             assert shot.stat().st_size > 10_000
             if os.environ.get("STREAMVID_SCREENSHOT"):
                 shutil.copy(shot, os.environ["STREAMVID_SCREENSHOT"])
+
+            page.close()  # closing the tab ends its session: stream stopped, slot freed
+            wait_until(lambda: len(manager) == 0 and sessions[0].status()["running"] is False,
+                       what="the closed tab's session to end")
         finally:
             browser.close()

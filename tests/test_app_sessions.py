@@ -202,3 +202,18 @@ def test_sessions_share_one_model_and_keep_their_own_state(manager):
 
 def test_clock():
     assert [clock(0.4), clock(133.9), clock(3725.0), clock(None)] == ["00:00", "02:13", "1:02:05", "--:--"]
+
+
+def test_conditions_and_narration_carry_over_to_a_fresh_stream(manager):
+    s = manager.session("tab-1")
+    s.watch("a red circle", fire=0.9)  # before any stream: kept for the first one
+    s.narrate = True  # switched after watch(): the assistant watch() made is replaced
+    s.start("push")
+    assert s.status()["narrate"] is True
+    (trigger,) = s.triggers()
+    assert trigger["condition"] == "a red circle" and trigger["fire"] == 0.9
+    s.start("demo")  # a fresh stream watches the same condition again
+    (again,) = s.triggers()
+    assert again["condition"] == "a red circle" and again["fire"] == 0.9
+    assert s.unwatch(again["trigger_id"]) and s.triggers() == []
+    s.stop()

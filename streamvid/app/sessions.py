@@ -131,6 +131,7 @@ class Session:
         self._closed = False
         self._webcam_armed = True
         self._last_webcam_s: float | None = None
+        self.narrate = config.narrate  # remarks without being asked, for streams started from now on
         self.version = 0  # bumped on every change the page shows
         self.last_active_s = time.monotonic()
 
@@ -311,11 +312,11 @@ class Session:
             base = {"type": "stats", "model": model_name(self.config.model), "device": self.config.device,
                     "last_ttft_ms": self._last_ttft_ms}
             if stream is None:
-                return {**(self._last_stats or {}), **base, "running": False,
+                return {**(self._last_stats or {}), **base, "narrate": self.narrate, "running": False,
                         "source": self._last_stats.get("source") if self._last_stats else None}
             error = stream.error
         sa = stream.sa
-        return {**base, **sa.stats(), "t_s": round(sa.ingest.latest_t_s, 3),
+        return {**base, **sa.stats(), "narrate": sa.config.narrate, "t_s": round(sa.ingest.latest_t_s, 3),
                 "wall_s": round(time.monotonic() - stream.started_s, 2), "source": stream.label,
                 "running": error is None and not sa.ingest_done.is_set(), "ended": sa.ingest_done.is_set(),
                 "error": error}
@@ -384,7 +385,8 @@ class Session:
 
     def _new_assistant(self) -> StreamingAssistant:
         """A fresh assistant on the shared model, watching the session's standing conditions (under new ids)."""
-        sa = StreamingAssistant(self.config, adapter=self.adapter)
+        config = self.config if self.config.narrate == self.narrate else self.config.replace(narrate=self.narrate)
+        sa = StreamingAssistant(config, adapter=self.adapter)
         if self._conditions and triggers_available():
             with self._cond:
                 conditions = list(self._conditions.values())
@@ -393,6 +395,9 @@ class Session:
 
     def _take_assistant(self) -> StreamingAssistant:
         sa, self._prepared = self._prepared, None
+        if sa is not None and sa.config.narrate != self.narrate:  # narration was switched since watch() made it
+            sa.stop()
+            sa = None
         return sa if sa is not None else self._new_assistant()
 
     def _stop_stream(self) -> dict | None:

@@ -123,7 +123,7 @@ def build_demo(manager: SessionManager, ask_timeout_s: float = 120.0) -> gr.Bloc
                     question = gr.Textbox(placeholder="Ask about the stream, e.g. How many shapes are on screen?",
                                           show_label=False, scale=5, elem_id="sv-question")
                     ask_btn = gr.Button("Ask", variant="primary", scale=1, elem_id="sv-ask")
-                watch = _trigger_panel()
+                watch = _trigger_panel(manager.config.narrate)
                 timeline = gr.HTML(_timeline_html([], None), elem_id="sv-timeline")
         page = _Page(page_now, page_frame, page_stats, chat, timeline, watch["list"], gr.State(_UNSEEN))
         _wire_inputs(manager, inputs, page, fps)
@@ -168,7 +168,7 @@ def _inputs(manager: SessionManager) -> dict:
             "url": url, "url_btn": url_btn, "stop_btn": stop_btn}
 
 
-def _trigger_panel() -> dict:
+def _trigger_panel(narrate_default: bool) -> dict:
     gr.Markdown("**Tell me when …**" + ("" if triggers_available() else
                                          "  \n*Standing triggers are not available in this version of streamvid: "
                                          "the assistant has no watch(); questions work.*"))
@@ -179,7 +179,9 @@ def _trigger_panel() -> dict:
     with gr.Row():
         active = gr.Dropdown([], label="Standing conditions", scale=5, elem_id="sv-triggers")
         remove = gr.Button("Remove", scale=1, elem_id="sv-unwatch")
-    return {"condition": condition, "add": add, "list": active, "remove": remove}
+    narrate = gr.Checkbox(value=narrate_default, label="Narrate: comment on scene changes without being asked "
+                          "(from the next start)", elem_id="sv-narrate")
+    return {"condition": condition, "add": add, "list": active, "remove": remove, "narrate": narrate}
 
 
 def _outputs(page: _Page) -> list:
@@ -272,8 +274,13 @@ def _wire_triggers(manager: SessionManager, panel: dict, page: _Page) -> None:
             s.unwatch(trigger_id)
         return _render(manager, request, _UNSEEN)
 
+    @_user_errors
+    def narrate(on: bool, request: gr.Request) -> None:
+        _session(manager, request).narrate = bool(on)
+
     outs = _outputs(page)
     private = {"api_visibility": "private", "concurrency_limit": None}
+    panel["narrate"].input(narrate, [panel["narrate"]], None, **private)
     panel["add"].click(add, [panel["condition"]], [panel["condition"], *outs], **private)
     panel["condition"].submit(add, [panel["condition"]], [panel["condition"], *outs], **private)
     panel["remove"].click(remove, [panel["list"]], outs, **private)
