@@ -100,8 +100,8 @@ class OracleAdapter:
     def __getattr__(self, name):
         return getattr(self._real, name)
 
-    def encode_chunk(self, frames, past, seconds_per_chunk):
-        enc = self._real.encode_chunk(frames, past, seconds_per_chunk)
+    def encode_chunk(self, frames, past, seconds_per_chunk, **kw):
+        enc = self._real.encode_chunk(frames, past, seconds_per_chunk, **kw)
         t = self._frame_times.get(np.ascontiguousarray(frames[-1]).tobytes())
         if t is not None:
             self._chunks.append((enc.values[0], t))
