@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from streamvid.app.inputs import InputPolicy, InputRefused
-from streamvid.app.sessions import SessionError, SessionLimitError, SessionManager, clock
+from streamvid.app.sessions import Session, SessionError, SessionLimitError, SessionManager, clock
 from streamvid.config import EngineConfig
 
 
@@ -217,3 +217,44 @@ def test_conditions_and_narration_carry_over_to_a_fresh_stream(manager):
     assert again["condition"] == "a red circle" and again["fire"] == 0.9
     assert s.unwatch(again["trigger_id"]) and s.triggers() == []
     s.stop()
+
+
+def push_one_by_one(s, n: int) -> None:
+    """Push n frames at 2 fps, each once ingest has taken the one before (so none is overwritten)."""
+    for i in range(n):
+        s.push_frame(np.zeros((56, 56, 3), np.uint8), t_s=i / 2)
+        wait_until(lambda k=i + 1: s.status()["frames_in"] + s.status()["frames_dropped"] >= k, what="frame in")
+
+
+class FailsOnce:
+    """The real adapter, except that the first stream chunk after the warm-up raises once."""
+
+    def __init__(self, real):
+        self._real, self.calls = real, 0
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def encode_chunk(self, *a, **kw):
+        self.calls += 1
+        if self.calls == 2:
+            raise RuntimeError("encoder exploded")
+        return self._real.encode_chunk(*a, **kw)
+
+
+def test_a_model_error_ends_the_stream_not_the_session(adapter, policy):
+    cfg = EngineConfig(model="unused", window_tokens=60, max_new_tokens=4, frame_px=56)
+    s = Session("tab-1", cfg, FailsOnce(adapter), policy)
+    s.start("push")
+    push_one_by_one(s, 2)
+    wait_until(lambda: s.status()["error"] is not None, what="the worker error to reach the session")
+    assert "encoder exploded" in s.status()["error"] and s.status()["running"] is False
+    assert "encoder exploded" in s.chat()[-1]["content"]
+    assert [o["event"] for o in s.poll(0)["outputs"]] == ["started", "error"]
+    with pytest.raises(SessionError, match="stopped with an error"):
+        s.ask("still there?")
+    s.start("push")  # a fresh stream on the same (now healthy) model
+    push_one_by_one(s, 2)
+    wait_until(lambda: s.status()["blocks_encoded"] == 1, what="a block on the fresh stream")
+    assert s.status()["error"] is None
+    s.close()
