@@ -174,3 +174,15 @@ def test_cli_score_replay_and_from_trace(grey_video, tiny_model_dir, tmp_path):
     assert (tmp_path / "b" / "report.md").read_text() == (tmp_path / "a" / "report.md").read_text()
     bad = subprocess.run([*base, "--from-trace", str(tmp_path / "none.jsonl")], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.strip() == f"streamvid score: error: trace not found: {tmp_path / 'none.jsonl'}"
+
+
+def test_replay_keeps_a_dialogue_chain_on_one_clip(grey_video, tiny_model_dir, adapter):
+    ep = _episode(grey_video)
+    ep["protocol"]["dialogue_turns"] = 6
+    ep["events"] = [{"id": f"q{i}", "t": t, "kind": "user_query", "text": f"turn {i}?", "task": "qa-chain",
+                     "prompt": "svbench"} for i, t in enumerate((2.0, 2.0, 3.0))]
+    cfg = EngineConfig(model=str(tiny_model_dir), fps=2.0, max_new_tokens=2)
+    recs = run_episode(ep, cfg, adapter, "replay")
+    assert [(r["event_id"], r["t_s"], r["question"]) for r in recs if r["type"] == "answer"] == [
+        ("q0", 2.0, "turn 0?"), ("q1", 2.0, "turn 1?"), ("q2", 3.0, "turn 2?")]
+    assert recs[-1]["runs"] == 2  # the two turns at 2 s share one clip (and the dialogue), 3 s gets its own

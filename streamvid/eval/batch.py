@@ -7,7 +7,8 @@
   alerts are recorded), answered from exactly the frames up to that time.
 * `replay`: each benchmark's own protocol. Every question is answered on a fresh cache fed only its clip
   [t0, t] (t0 = 0, or t - protocol.context_window_s) through eval/replay.ClipSource, with the benchmark's prompt
-  template (eval/prompts.py). A question that carries a polling range (StreamingBench proactive output) is
+  template (eval/prompts.py); where the protocol keeps dialogue turns (SVBench chains), the questions asked at
+  one time share one clip and the dialogue. A question that carries a polling range (StreamingBench proactive output) is
   polled once a second over the range with the benchmark's yes/no question, incrementally on one pass (each
   poll sees exactly the frames up to its time, as the official per-poll clips do); the first "yes" (p(yes) >=
   0.5) is the reply time, and the question is then answered on the clip up to that time and recorded as an
@@ -123,21 +124,35 @@ class _Runner:
 
     def replay(self) -> None:
         proactive = _proactive_refs(self.ep)
-        native = []
+        native, chain = [], []
         for e in self.ep["events"]:
             if e["kind"] == "user_query" and e["id"] in proactive:
                 if e.get("poll") and e.get("gold_output") is not None:
                     self.poll(e)
                 else:
                     native.append(e)
+            elif e["kind"] == "user_query" and self.config.dialogue_turns and chain and chain[0]["t"] == e["t"]:
+                chain.append(e)  # the next turn of a dialogue at the same time: one clip, turns kept
             elif e["kind"] == "user_query":
-                out = self.answer_at(e, e["t"])
-                self.record(e["id"], out.to_json())
+                self.dialogue(chain)
+                chain = [e]
             elif e["kind"] == "probe":
                 outs = self.run(self._clip(e["t"]), [], [(e["t"], e["text"])])
                 self.record(e["id"], next(o for o in outs if o.kind == "probe").to_json())
+        self.dialogue(chain)
         if native:
             self.native(native)
+
+    def dialogue(self, chain: list[dict]) -> None:
+        """Questions asked at one time on one clip, in order (one question, or the turns of a dialogue)."""
+        if not chain:
+            return
+        t = chain[0]["t"]
+        outs = self.run(self._clip(t), [(t, prompts.render(e, self.ep["events"])) for e in chain])
+        answers = [o for o in outs if o.kind == "answer"]
+        for e, out in zip(chain, answers, strict=True):
+            self.record(e["id"], out.to_json())
+        chain.clear()
 
     def answer_at(self, e: dict, t: float):
         text = prompts.render(e, self.ep["events"])
@@ -208,7 +223,10 @@ def run_all(episodes: list[dict], config: EngineConfig, trace_path: str | Path, 
             resume: bool = False, progress: Callable[..., None] | None = _progress) -> None:
     """Run every episode not yet closed in the trace, appending its records episode by episode."""
     trace_path = Path(trace_path)
-    run_header = {"episode_id": None, "event_id": None, "type": "run", "mode": mode, "model": config.model,
+    from streamvid.config import BUNDLED_MODEL
+
+    model = "bundled streamvid-tiny" if config.model == str(BUNDLED_MODEL) else config.model
+    run_header = {"episode_id": None, "event_id": None, "type": "run", "mode": mode, "model": model,
                   "fps": config.fps, "window_tokens": config.window_tokens, "memory_top_k": config.memory_top_k}
     kept, done = [], set()
     if resume and trace_path.is_file():

@@ -240,7 +240,7 @@ def plot_timeline(ep: dict, records: list[dict], rows: list[dict], path: str | P
     alerts = [r for r in records if r.get("episode_id") == ep["episode_id"] and r.get("type") == "alert"]
     queries = [e for e in ep["events"] if e["kind"] in ("user_query", "probe")]
     windows = [e for e in ep["events"] if e["kind"] == "expected_response"]
-    fig, ax = plt.subplots(figsize=(10, 2.6), dpi=100)
+    fig, ax = plt.subplots(figsize=(10, 2.9), dpi=100)
     for w in windows:
         ax.axvspan(w["window"][0], w["window"][1], ymin=0.05, ymax=0.35, color="tab:blue", alpha=0.25)
         ax.axvline(w["t_gold"], ymin=0.05, ymax=0.35, color="tab:blue", lw=1)
@@ -251,6 +251,14 @@ def plot_timeline(ep: dict, records: list[dict], rows: list[dict], path: str | P
         ax.plot([e["t"]], [0.7], marker="v", color=colour, ms=8, ls="none")
     if alerts:
         ax.plot([a["t_s"] for a in alerts], [0.2] * len(alerts), marker="x", color="tab:orange", ms=9, ls="none")
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    legend = [Line2D([], [], marker="v", color=c, ls="none", label=lab) for c, lab in
+              (("tab:green", "right"), ("tab:red", "wrong"), ("black", "not scored"), ("grey", "no reply"))]
+    legend += [Patch(color="tab:blue", alpha=0.25, label="gold window"),
+               Line2D([], [], marker="x", color="tab:orange", ls="none", label="alert")]
+    ax.legend(handles=legend, loc="upper center", bbox_to_anchor=(0.5, -0.32), ncol=6, fontsize=8, frameon=False)
     ax.set_ylim(0, 1)
     ax.set_yticks([0.2, 0.7], ["alerts / gold windows", "questions"])
     ax.set_xlabel("stream time (s)")
