@@ -214,6 +214,8 @@ class StreamingAssistant:
             "sink_tokens": snap.sinks.n_tokens,
             "window_mb": round(sum(b.nbytes for b in (snap.sinks, *snap.blocks)) / 2**20, 3),
             "blocks_in_memory": mem.blocks if mem else 0,
+            "blocks_in_ram": mem.blocks_in_ram if mem else 0,
+            "blocks_on_disk": mem.blocks_on_disk if mem else 0,
             "memory_ram_mb": round(mem.ram_mb, 3) if mem else 0.0,
             "memory_disk_mb": round(mem.disk_mb, 3) if mem else 0.0,
             "memory_dropped": mem.dropped if mem else 0,

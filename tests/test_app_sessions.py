@@ -123,6 +123,7 @@ def test_push_stream_answers_with_stream_time_and_poll_sees_it(manager):
     assert s.latest_frame().image.shape == (56, 56, 3)
     final = s.stop()
     assert final["type"] == "stats" and final["frames_in"] >= 2 and final["running"] is False
+    assert final["blocks_in_ram"] + final["blocks_on_disk"] == final["blocks_in_memory"]
 
 
 def test_errors_keep_the_session_usable(manager, policy):

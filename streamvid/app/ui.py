@@ -344,8 +344,8 @@ def _stats_md(status: dict | None) -> str:
         ("frames in / dropped", f"{status['frames_in']} / {status['frames_dropped']}"),
         ("ingest rate", f"{rate:.1f} frames/s of encode time" if rate else "–"),
         ("window", f"{status['window_tokens']} tokens in {status['blocks_in_window']} blocks"),
-        ("memory", (f"{status['blocks_in_memory']} blocks: {status['memory_ram_mb']:.2f} MB in RAM, "
-                    f"{status['memory_disk_mb']:.2f} MB on disk")),
+        ("memory", (f"{status['blocks_in_ram']} blocks in RAM ({status['memory_ram_mb']:.2f} MB), "
+                    f"{status['blocks_on_disk']} on disk ({status['memory_disk_mb']:.2f} MB)")),
         ("last TTFT", f"{ttft:.0f} ms" if ttft is not None else "–"),
         ("model", f"{status['model']} on {status['device']}"),
     ]
