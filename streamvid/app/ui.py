@@ -99,7 +99,7 @@ class _Page:
     chat: gr.Chatbot
     timeline: gr.HTML
     triggers: gr.Dropdown
-    seen: gr.State  # what the tab last rendered: {"v": session version, "f": frame index}
+    seen: gr.State  # what the tab last rendered (see _UNSEEN)
 
 
 def build_demo(manager: SessionManager, ask_timeout_s: float = 120.0) -> gr.Blocks:
