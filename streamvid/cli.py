@@ -4,7 +4,7 @@
                   [--fps F] [--realtime] [--window-tokens N] [--memory-top-k K]
     streamvid demo [--model M] [--video V] [--host 127.0.0.1] [--port 7860] [--auth USER:PASS]
     streamvid score EPISODES.jsonl... [--model M] [--out DIR] [--mode native|replay] [--resume] [--from-trace TRACE]
-                    [--memory-top-k K] [--no-plots]
+                    [--memory-top-k K] [--no-plots] [--ray [ADDRESS]] [--ray-workers N]
     streamvid convert ovo-bench|streamingbench|rvs|proactivevideoqa|svbench FILE... --videos DIR --out EPISODES.jsonl
     streamvid synth --seed S --minutes N --out DIR
     streamvid train-tiny --out models/streamvid-tiny
@@ -116,7 +116,7 @@ def cmd_score(args: argparse.Namespace) -> int:
                            frame_px=args.frame_px)
         _check_model(cfg.model)
         report = score_files(args.episodes, cfg, args.out, mode=args.mode, resume=args.resume,
-                             plots=not args.no_plots)
+                             plots=not args.no_plots, ray=args.ray, ray_workers=args.ray_workers)
     _print(report)
     return 0
 
@@ -223,6 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="native: one pass per video; replay: each benchmark's protocol (a clip per question)")
     sc.add_argument("--resume", action="store_true", help="keep the episodes finished in DIR/trace.jsonl")
     sc.add_argument("--no-plots", action="store_true", help="skip the PNG timelines")
+    sc.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                    help="run episodes as Ray tasks on the cluster at ADDRESS, or on a local one without it")
+    sc.add_argument("--ray-workers", type=int, default=None, help="Ray actors (default: one per CPU, or per GPU)")
     sc.add_argument("--frame-px", type=int, default=None, help="resize frames to N x N first")
     sc.add_argument("--fps", type=float, default=d.fps)
     sc.add_argument("--window-tokens", type=int, default=d.window_tokens)

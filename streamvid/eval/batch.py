@@ -1,6 +1,7 @@
 """Batch scoring: run stream episodes natively or by replay, write the trace, then the reports.
 
     streamvid score EPISODES.jsonl... [--mode native|replay] [--out DIR] [--resume] [--from-trace TRACE]
+                    [--ray [ADDRESS]] [--ray-workers N]
 
 * `native` (default): one pass per video through the engine, as the assistant is used. Every question is
   asked at its time as a user would type it (with its options; "tell me when ..." becomes a trigger and its
@@ -18,6 +19,10 @@ The trace (DIR/trace.jsonl) holds one JSON record per answer, probe and alert, a
 closes each episode; `--resume` keeps the episodes closed in an existing trace and runs the rest. Reports are
 computed from the trace alone (eval/report.py), so `--from-trace` reproduces them without the model.
 Progress (episodes done, questions, elapsed, ETA) goes to stderr.
+
+`--ray [ADDRESS]` runs the episodes as Ray tasks on actors that each hold one loaded model (a GPU each when the
+device is CUDA), on the cluster at ADDRESS or on a local one; results are written in episode order, so the trace
+and the report read as a local run's. Workers need streamvid installed and the videos at the same paths.
 """
 
 from __future__ import annotations
@@ -219,9 +224,68 @@ def _progress(done: int, total: int, q_done: int, q_total: int, t0: float, label
           file=sys.stderr, flush=True)
 
 
+class EpisodeWorker:
+    """One loaded model running whole episodes; the unit of work of a Ray actor (`--ray`)."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        from streamvid.adapters.base import load_adapter
+
+        self.config = config
+        self.adapter = load_adapter(config.model, config.device, config.dtype, config.index_layer)
+
+    def run(self, ep: dict, mode: str) -> list[dict]:
+        return run_episode(ep, self.config, self.adapter, mode)
+
+
+def _run_local(todo: list[dict], config: EngineConfig, mode: str):
+    worker = EpisodeWorker(config)
+    for ep in todo:
+        yield ep, worker.run(ep, mode)
+
+
+def _run_ray(todo: list[dict], config: EngineConfig, mode: str, address: str, workers: int | None):
+    """Episodes as Ray tasks on `workers` actors (one loaded model each; a GPU each when the config asks for
+    CUDA); results come back in episode order. address "local" starts a local cluster."""
+    try:
+        import ray
+    except ImportError:
+        raise ValueError('--ray needs Ray: pip install -e ".[ray]"') from None
+    started = not ray.is_initialized()
+    if started:
+        if address == "local":
+            ray.init(num_cpus=workers or None, include_dashboard=False, log_to_driver=False,
+                     configure_logging=False)
+        else:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        gpu = config.device.startswith("cuda")
+        resources = ray.cluster_resources()
+        n = workers or max(1, int(resources.get("GPU" if gpu else "CPU", 1)))
+        n = max(1, min(n, len(todo)))
+        actor = ray.remote(num_cpus=0 if gpu else 1, num_gpus=1 if gpu else 0)(EpisodeWorker)
+        pool = [actor.remote(config) for _ in range(n)]
+        pending = {}
+        for i, ep in enumerate(todo):
+            pending[pool[i % n].run.remote(ep, mode)] = i
+        done: dict[int, list[dict]] = {}
+        emit = 0
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                done[pending.pop(ref)] = ray.get(ref)
+            while emit in done:  # hand back in episode order, so the trace reads as a local run's
+                yield todo[emit], done.pop(emit)
+                emit += 1
+    finally:
+        if started:
+            ray.shutdown()
+
+
 def run_all(episodes: list[dict], config: EngineConfig, trace_path: str | Path, mode: str = "native",
-            resume: bool = False, progress: Callable[..., None] | None = _progress) -> None:
-    """Run every episode not yet closed in the trace, appending its records episode by episode."""
+            resume: bool = False, progress: Callable[..., None] | None = _progress, ray: str | None = None,
+            ray_workers: int | None = None) -> None:
+    """Run every episode not yet closed in the trace, appending its records episode by episode (in episode order,
+    also on Ray: `ray` is a cluster address, or "local" for a local cluster of `ray_workers` workers)."""
     trace_path = Path(trace_path)
     from streamvid.config import BUNDLED_MODEL
 
@@ -242,13 +306,10 @@ def run_all(episodes: list[dict], config: EngineConfig, trace_path: str | Path, 
     todo = [ep for ep in episodes if ep["episode_id"] not in done]
     if not todo:
         return
-    from streamvid.adapters.base import load_adapter
-
-    adapter = load_adapter(config.model, config.device, config.dtype, config.index_layer)
     q_total = sum(len(_queries(ep)) for ep in todo)
     q_done, t0 = 0, time.perf_counter()
-    for i, ep in enumerate(todo, 1):
-        recs = run_episode(ep, config, adapter, mode)
+    results = _run_local(todo, config, mode) if ray is None else _run_ray(todo, config, mode, ray, ray_workers)
+    for i, (ep, recs) in enumerate(results, 1):
         with open(trace_path, "a") as f:
             f.writelines(json.dumps(r) + "\n" for r in recs)
         q_done += len(_queries(ep))
@@ -257,12 +318,13 @@ def run_all(episodes: list[dict], config: EngineConfig, trace_path: str | Path, 
 
 
 def score_files(paths: list[str | Path], config: EngineConfig, out_dir: str | Path, mode: str = "native",
-                resume: bool = False, plots: bool = True) -> dict:
+                resume: bool = False, plots: bool = True, ray: str | None = None,
+                ray_workers: int | None = None) -> dict:
     """Run, then write report.json, report.md and the timelines; returns the report."""
     from streamvid.eval.report import write_reports
 
     episodes = load_all(paths)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    run_all(episodes, config, out / "trace.jsonl", mode, resume)
+    run_all(episodes, config, out / "trace.jsonl", mode, resume, ray=ray, ray_workers=ray_workers)
     return write_reports(episodes, out / "trace.jsonl", out, [str(p) for p in paths], plots=plots)

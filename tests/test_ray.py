@@ -1,0 +1,34 @@
+"""`streamvid score --ray`: episodes as Ray tasks on a local 2-worker CPU cluster give the local run's report.
+
+Skipped when Ray is not installed (pip install -e ".[ray]")."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from streamvid.config import EngineConfig
+from streamvid.eval.batch import score_files
+from test_replay import _episode, grey_video  # noqa: F401  (the module's video fixture)
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.mark.slow  # starting a local Ray cluster takes a while
+def test_ray_local_cluster_matches_local_run(grey_video, tiny_model_dir, tmp_path):
+    eps = tmp_path / "eps.jsonl"
+    eps.write_text("".join(json.dumps(_episode(grey_video, f"e{i}")) + "\n" for i in range(3)))
+    cfg = EngineConfig(model=str(tiny_model_dir), fps=2.0, max_new_tokens=3)
+    local = score_files([eps], cfg, tmp_path / "local", mode="replay", plots=False)
+    on_ray = score_files([eps], cfg, tmp_path / "ray", mode="replay", plots=False, ray="local", ray_workers=2)
+
+    def timing_free(path):
+        keep = ("run", "answer", "probe", "alert")
+        return [{k: v for k, v in r.items() if k not in ("ttft_ms", "tokens_per_s")}
+                for r in map(json.loads, path.read_text().splitlines()) if r["type"] in keep]
+
+    assert timing_free(tmp_path / "ray" / "trace.jsonl") == timing_free(tmp_path / "local" / "trace.jsonl")
+    drop = ("system", "ttft_ms_median")
+    assert {k: v for k, v in on_ray.items() if k not in drop} == {k: v for k, v in local.items() if k not in drop}
+    assert on_ray["n"] == 6 and not ray.is_initialized()  # the local cluster was shut down
