@@ -4,7 +4,7 @@
                   [--fps F] [--realtime] [--window-tokens N] [--memory-top-k K]
     streamvid demo [--model M] [--video V] [--host 127.0.0.1] [--port 7860] [--auth USER:PASS]
     streamvid score EPISODES.jsonl... [--model M] [--out DIR] [--mode native|replay] [--resume] [--from-trace TRACE]
-                    [--memory-top-k K] [--no-plots] [--ray [ADDRESS]] [--ray-workers N]
+                    [--memory-top-k K] [--no-plots] [--ray [ADDRESS]] [--ray-workers N] [--judge MODEL]
     streamvid convert ovo-bench|streamingbench|rvs|proactivevideoqa|svbench FILE... --videos DIR --out EPISODES.jsonl
     streamvid synth --seed S --minutes N --out DIR
     streamvid train-tiny --out models/streamvid-tiny
@@ -106,6 +106,8 @@ def cmd_score(args: argparse.Namespace) -> int:
     from streamvid.eval.score import load_all
 
     if args.from_trace:
+        if args.judge:
+            raise ValueError("--judge runs a model: judge a finished run with --resume --judge MODEL --out DIR")
         if not args.from_trace.is_file():
             raise ValueError(f"trace not found: {args.from_trace}")
         report = write_reports(load_all(args.episodes), args.from_trace, args.out, [str(p) for p in args.episodes],
@@ -116,7 +118,8 @@ def cmd_score(args: argparse.Namespace) -> int:
                            frame_px=args.frame_px)
         _check_model(cfg.model)
         report = score_files(args.episodes, cfg, args.out, mode=args.mode, resume=args.resume,
-                             plots=not args.no_plots, ray=args.ray, ray_workers=args.ray_workers)
+                             plots=not args.no_plots, ray=args.ray, ray_workers=args.ray_workers,
+                             judge=args.judge)
     _print(report)
     return 0
 
@@ -226,6 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                     help="run episodes as Ray tasks on the cluster at ADDRESS, or on a local one without it")
     sc.add_argument("--ray-workers", type=int, default=None, help="Ray actors (default: one per CPU, or per GPU)")
+    sc.add_argument("--judge", default=None, metavar="MODEL",
+                    help="an LLM judge (HF checkpoint directory or id) for the open-ended answers")
     sc.add_argument("--frame-px", type=int, default=None, help="resize frames to N x N first")
     sc.add_argument("--fps", type=float, default=d.fps)
     sc.add_argument("--window-tokens", type=int, default=d.window_tokens)

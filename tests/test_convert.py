@@ -163,13 +163,13 @@ MALFORMED = [
     ("streamingbench", "streamingbench/questions_sqa.json", lambda d: d[0][1].update(video_path="./videos/x.mp4"),
      r"questions_sqa.json: video \[0\]\[1\]: field 'video_path': expected './videos/sample_3_sqa.mp4'"),
     ("rvs", "rvs/ego4d_oe.json", lambda d: d[0]["conversations"][1].update(start_time=9),
-     r"ego4d_oe.json: record \[0\] \(video_id '000246'\)\.conversations\[1\]: field 'start_time': expected "
-     r"start_time <= end_time"),
+     (r"ego4d_oe.json: record \[0\] \(video_id '000246'\)\.conversations\[1\]: field 'start_time': expected "
+      r"start_time <= end_time")),
     ("rvs", "rvs/test_qa_movienet.json", lambda d: d[1].update(end_time="shot_0042"),
      r"record \[1\] \(video_id 'tt0001'\): field 'end_time': expected seconds, got a MovieNet shot name"),
     ("proactivevideoqa", "proactivevideoqa/TV/anno.json", lambda d: d[0]["answer"][0].update(reply_timespan=[4, 2]),
-     r"anno.json: record \[0\] \(question_id 'house_frames=clip_1.mp4%Q0'\)\.answer\[0\]: field 'reply_timespan': "
-     r"expected \[start, end\] with start <= end"),
+     (r"anno.json: record \[0\] \(question_id 'house_frames=clip_1.mp4%Q0'\)\.answer\[0\]: field "
+      r"'reply_timespan': expected \[start, end\] with start <= end")),
     ("proactivevideoqa", "proactivevideoqa/EGO/anno.json", lambda d: d[0]["conversation"][0].update(role="bot"),
      r"conversation\[0\]: field 'role': expected 'user', got 'bot'"),
     ("svbench", "svbench/video_7.json", lambda d: d[2]["chain"]["answers"].append("extra"),
@@ -215,10 +215,10 @@ def test_cli_convert(tmp_path):
     out = tmp_path / "eps.jsonl"
     ok = subprocess.run([sys.executable, "-m", "streamvid.cli", "convert", "ovo-bench",
                          str(DATA / "ovo-bench" / "ovo_bench_new.json"), "--videos", str(tmp_path), "--out", str(out)],
-                        capture_output=True, text=True)
+                        check=False, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["questions"] == 8 and len(out.read_text().splitlines()) == 2
     bad = subprocess.run([sys.executable, "-m", "streamvid.cli", "convert", "svbench", str(tmp_path / "nope.json"),
-                          "--videos", str(tmp_path), "--out", str(out)], capture_output=True, text=True)
+                          "--videos", str(tmp_path), "--out", str(out)], check=False, capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     assert bad.stderr.startswith("streamvid convert: error: ") and "annotation file not found" in bad.stderr

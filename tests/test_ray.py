@@ -7,16 +7,16 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_replay import _episode, grey_video  # noqa: F401  (the module's video fixture)
 
 from streamvid.config import EngineConfig
 from streamvid.eval.batch import score_files
-from test_replay import _episode, grey_video  # noqa: F401  (the module's video fixture)
 
 ray = pytest.importorskip("ray")
 
 
 @pytest.mark.slow  # starting a local Ray cluster takes a while
-def test_ray_local_cluster_matches_local_run(grey_video, tiny_model_dir, tmp_path):
+def test_ray_local_cluster_matches_local_run(grey_video, tiny_model_dir, tmp_path):  # noqa: F811
     eps = tmp_path / "eps.jsonl"
     eps.write_text("".join(json.dumps(_episode(grey_video, f"e{i}")) + "\n" for i in range(3)))
     cfg = EngineConfig(model=str(tiny_model_dir), fps=2.0, max_new_tokens=3)

@@ -63,6 +63,17 @@ def test_clip_ends_at_question_time_and_shows_that_frame(grey_video, backend, t0
     assert [f.index for f in frames] == list(range(len(frames)))
 
 
+@pytest.mark.parametrize("backend", ["decord", "pyav"])
+def test_clip_past_the_end_stops_at_the_last_frame(grey_video, backend):
+    if backend == "decord":
+        pytest.importorskip("decord")
+    clip = ClipSource(grey_video, 0.0, 12450.0, fps=2.0, backend=backend)  # a question hours after the 8-s video
+    frames = []
+    while (f := clip.read()) is not None:
+        frames.append(f)
+    assert len(frames) == 16 and frames[-1].t_s == 7.5 and clip.times == grid_times(0.0, 7.5, 2.0)
+
+
 def test_clip_errors(tmp_path):
     with pytest.raises(ValueError, match="video file not found"):
         ClipSource(tmp_path / "none.mp4", 0.0, 1.0, 2.0)
@@ -164,15 +175,17 @@ def test_cli_score_replay_and_from_trace(grey_video, tiny_model_dir, tmp_path):
     eps.write_text(json.dumps(_episode(grey_video, "e1")) + "\n")
     base = [sys.executable, "-m", "streamvid.cli", "score", str(eps), "--model", str(tiny_model_dir),
             "--max-new-tokens", "3", "--no-plots"]
-    run = subprocess.run([*base, "--mode", "replay", "--out", str(tmp_path / "a")], capture_output=True, text=True)
+    run = subprocess.run([*base, "--mode", "replay", "--out", str(tmp_path / "a")], check=False, capture_output=True,
+                         text=True)
     assert run.returncode == 0, run.stderr
     assert "[1/1] e1: 2/2 questions" in run.stderr
     again = subprocess.run([*base, "--from-trace", str(tmp_path / "a" / "trace.jsonl"), "--out", str(tmp_path / "b")],
-                           capture_output=True, text=True)
+                           check=False, capture_output=True, text=True)
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout) == json.loads(run.stdout)
     assert (tmp_path / "b" / "report.md").read_text() == (tmp_path / "a" / "report.md").read_text()
-    bad = subprocess.run([*base, "--from-trace", str(tmp_path / "none.jsonl")], capture_output=True, text=True)
+    bad = subprocess.run([*base, "--from-trace", str(tmp_path / "none.jsonl")], check=False, capture_output=True,
+                         text=True)
     assert bad.returncode == 2 and bad.stderr.strip() == f"streamvid score: error: trace not found: {tmp_path / 'none.jsonl'}"
 
 

@@ -319,12 +319,17 @@ def run_all(episodes: list[dict], config: EngineConfig, trace_path: str | Path, 
 
 def score_files(paths: list[str | Path], config: EngineConfig, out_dir: str | Path, mode: str = "native",
                 resume: bool = False, plots: bool = True, ray: str | None = None,
-                ray_workers: int | None = None) -> dict:
-    """Run, then write report.json, report.md and the timelines; returns the report."""
+                ray_workers: int | None = None, judge: str | None = None) -> dict:
+    """Run, judge the open-ended answers when a judge model is named (eval/judge.py), then write report.json,
+    report.md and the timelines; returns the report."""
     from streamvid.eval.report import write_reports
 
     episodes = load_all(paths)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     run_all(episodes, config, out / "trace.jsonl", mode, resume, ray=ray, ray_workers=ray_workers)
+    if judge is not None:
+        from streamvid.eval.judge import judge_trace
+
+        judge_trace(episodes, out / "trace.jsonl", config.replace(model=judge))
     return write_reports(episodes, out / "trace.jsonl", out, [str(p) for p in paths], plots=plots)

@@ -2,17 +2,20 @@
 
 `--mode replay` answers each question on a fresh cache fed only the clip [t0, t] that the benchmark's own
 protocol gives it (t0 = 0, or t - context_window_s). `ClipSource` decodes that clip with decord
-(`VideoReader.get_batch` on the frame indices) and falls back to PyAV seeking (streamvid.sources.FileSource
-with t_start_s) where decord is not installed or cannot open the file.
+(`VideoReader.get_batch` on the frame indices, a few frames at a time as they are read) and falls back to PyAV
+seeking where decord is not installed or cannot open the file.
 
 Frames sit on the grid t0 + k/fps, k = 0, 1, ...; the last one is the latest grid time <= t, so a clip ends
-exactly at the question time when t is on the grid (and never after it). Each grid time shows the video frame
-displayed then: the last frame whose timestamp is <= the grid time. Single consumer thread; `live` is False.
+exactly at the question time when t is on the grid (and never after it); a question after the end of the video
+sees the clip up to the last frame (`times` then ends there). Each grid time shows the video frame displayed then: the last frame whose
+timestamp is <= the grid time. Frames are decoded lazily (memory stays at one batch). Single consumer thread;
+`live` is False.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +23,7 @@ import numpy as np
 from streamvid.types import Frame
 
 _EPS_S = 1e-6
+BATCH = 16  # frames decoded per decord call
 
 
 def grid_times(t0: float, t: float, fps: float) -> list[float]:
@@ -31,7 +35,10 @@ def grid_times(t0: float, t: float, fps: float) -> list[float]:
 
 
 class ClipSource:
-    """The clip [t0, t] of a video file at `fps`, as a FrameSource (every frame, in order)."""
+    """The clip [t0, t] of a video file at `fps`, as a FrameSource (every frame, in order).
+
+    `times` are the grid times of the frames it yields (known once the source is open); `backend` says which
+    decoder was used."""
 
     live = False
     dropped = 0
@@ -42,70 +49,89 @@ class ClipSource:
             raise ValueError(f"backend must be auto, decord or pyav, got {backend!r}")
         if not Path(path).is_file():
             raise ValueError(f"video file not found: {path}")
-        self.path, self.times = str(path), grid_times(t0, t, fps)
-        self.backend = backend
-        self._frames = None
+        self.path, self.size = str(path), size
+        self.times = grid_times(t0, t, fps)
+        self._frames: Iterator[np.ndarray] | None = None
         if backend in ("auto", "decord"):
             try:
-                self._frames = self._decord(size)
+                self._frames = self._decord()
                 self.backend = "decord"
             except (ImportError, RuntimeError, OSError) as e:  # decord missing, or it cannot open this file
                 if backend == "decord":
                     raise ValueError(f"decord cannot read {path}: {e}") from e
         if self._frames is None:
-            self._frames = self._pyav(size)
+            self._frames = self._pyav()
             self.backend = "pyav"
         self._next = 0
 
-    def _decord(self, size: int | None) -> list[np.ndarray]:
+    def _decord(self) -> Iterator[np.ndarray]:
         import decord
 
-        kw = {"width": size, "height": size} if size else {}
+        kw = {"width": self.size, "height": self.size} if self.size else {}
         vr = decord.VideoReader(self.path, ctx=decord.cpu(0), num_threads=1, **kw)
-        starts = vr.get_frame_timestamp(range(len(vr)))[:, 0]
-        idx = [max(0, int(np.searchsorted(starts, tt + _EPS_S, side="right")) - 1) for tt in self.times]
-        batch = vr.get_batch(idx).asnumpy()
-        return [batch[i] for i in range(len(idx))]
+        stamps = vr.get_frame_timestamp(range(len(vr)))
+        if len(vr) == 0:
+            raise RuntimeError("no frames")
+        self.times = [g for g in self.times if g < stamps[-1, 1] - _EPS_S] or self.times[:1]
+        idx = [max(0, int(np.searchsorted(stamps[:, 0], g + _EPS_S, side="right")) - 1) for g in self.times]
 
-    def _pyav(self, size: int | None) -> list[np.ndarray]:
+        def frames() -> Iterator[np.ndarray]:
+            for i in range(0, len(idx), BATCH):
+                batch = vr.get_batch(idx[i:i + BATCH]).asnumpy()
+                yield from batch
+        return frames()
+
+    def _pyav(self) -> Iterator[np.ndarray]:
         import av
 
         container = av.open(self.path)
-        try:
-            stream = container.streams.video[0]
-            origin = float(stream.start_time * stream.time_base) if stream.start_time is not None else 0.0
-            container.seek(int((origin + self.times[0]) / stream.time_base), stream=stream)  # a keyframe at or before
-            out: list[np.ndarray] = []
-            last = None
-            k = 0
-            for frame in container.decode(stream):
-                ft = (frame.time if frame.time is not None else 0.0) - origin
-                while k < len(self.times) and ft > self.times[k] + _EPS_S:
-                    if last is None:  # the clip starts before the first decodable frame: show that frame
-                        last = frame
-                    out.append(_rgb(last, size))
+        stream = container.streams.video[0]
+        origin = float(stream.start_time * stream.time_base) if stream.start_time is not None else 0.0
+        if stream.duration is not None:
+            end = float(stream.duration * stream.time_base)
+            self.times = [g for g in self.times if g < end - _EPS_S] or self.times[:1]
+        times = list(self.times)
+        container.seek(int((origin + times[0]) / stream.time_base), stream=stream)  # a keyframe at or before
+
+        def frames() -> Iterator[np.ndarray]:
+            k, last = 0, None
+            try:
+                for frame in container.decode(stream):
+                    ft = (frame.time if frame.time is not None else 0.0) - origin
+                    while k < len(times) and ft > times[k] + _EPS_S:
+                        yield _rgb(frame if last is None else last, self.size)  # before the first frame: show it
+                        k += 1
+                    if k == len(times):
+                        return
+                    last = frame
+                period = 1.0 / float(stream.average_rate) if stream.average_rate else 0.0
+                end = (last.time or 0.0) - origin + period if last is not None else 0.0
+                while k < len(times) and last is not None and times[k] < end - _EPS_S:  # the last frame's span
+                    yield _rgb(last, self.size)
                     k += 1
-                if k == len(self.times):
-                    break
-                last = frame
-            while k < len(self.times) and last is not None:  # past the end of the file: the last frame holds
-                out.append(_rgb(last, size))
-                k += 1
-        finally:
-            container.close()
-        if len(out) != len(self.times):
-            raise ValueError(f"cannot decode {self.path} between {self.times[0]} and {self.times[-1]} s")
-        return out
+            except av.error.FFmpegError as e:
+                raise ValueError(f"cannot decode {self.path}: {e}") from e
+            finally:
+                container.close()
+        return frames()
 
     def read(self, timeout_s: float = 1.0) -> Frame | None:
         if self._next >= len(self.times):
             return None
+        image = next(self._frames, None)
+        if image is None:  # the video ended before t: the clip ends with its last frame
+            self.times = self.times[:self._next]
+            return None
         i = self._next
         self._next += 1
-        return Frame(image=self._frames[i], t_s=self.times[i], index=i)
+        return Frame(image=image, t_s=self.times[i], index=i)
 
     def close(self) -> None:
-        self._frames, self._next = [], len(self.times)
+        self._next = len(self.times)
+        if self._frames is not None:
+            close = getattr(self._frames, "close", None)
+            if close is not None:
+                close()
 
 
 def _rgb(frame, size: int | None) -> np.ndarray:

@@ -14,7 +14,8 @@ same report as the run that wrote the trace. report.json holds:
   and the share that also contained the gold output (StreamingBench count.py);
 * "system": TTFT p50/p90, ingest frames per second, real-time factor (wall seconds per stream second), frames
   dropped, peak memory;
-* "judge": open-ended answers are scored by substring matching; no LLM judge is run.
+* "judge" and "judged": with `--judge MODEL` (eval/judge.py), the judge model and the judged accuracy of the
+  open-ended answers per task; without one, "judge" says that only substring/exact matching was used.
 """
 
 from __future__ import annotations
@@ -107,7 +108,18 @@ def build_report(episodes: list[dict], trace_path: str | Path) -> dict:
     if sbp:
         report["streamingbench_proactive"] = sbp
     report["system"] = system_figures(records)
-    if any(r["scorer"] in ("substring", "exact") and r["benchmark"] != "shapesworld" for r in rows):
+    verdicts = {(r["episode_id"], r["event_id"]): r for r in records if r.get("type") == "judge"}
+    judged = [(r, verdicts[(r["episode_id"], r["event_id"])]) for r in rows
+              if (r["episode_id"], r["event_id"]) in verdicts]
+    if judged:
+        names = sorted({v["judge"] for _, v in judged})
+        report["judge"] = {"model": names[0] if len(names) == 1 else names, "n": len(judged),
+                           "rule": "the judge's p(yes) >= 0.5 that the reply matches the gold answer"}
+        per: dict[str, list] = defaultdict(list)
+        for r, v in judged:
+            per[f"{r['benchmark']}/{r['category']}/{r['task']}"].append({"correct": v["verdict"]})
+        report["judged"] = {k: _acc(v) for k, v in sorted(per.items())}
+    elif any(r["scorer"] in ("substring", "exact") and r["benchmark"] != "shapesworld" for r in rows):
         report["judge"] = JUDGE_NOTE
     run = next((r for r in records if r.get("type") == "run"), None)
     if run is not None:
@@ -208,17 +220,26 @@ def markdown(report: dict) -> str:
                   for t, v in report["streamingbench_proactive"].items()] + [""]
     p = report.get("proactive")
     if p:
-        lines += ["Proactive replies (Timeliness-F1):", "", "| questions | windows | replies | F1 K=1 | F1 K=5 | "
-                  "P@±2s | R@±2s | delay p50 s | false / 10 min |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-                  f"| {p['questions']} | {p['gold_windows']} | {p['replies']} | {_f(p['timeliness_f1_k1']['f1'])} | "
-                  f"{_f(p['timeliness_f1_k5']['f1'])} | {_f(p['at_2s']['precision'])} | {_f(p['at_2s']['recall'])} | "
-                  f"{_f(p['delay_s_median'])} | {_f(p['false_alerts_per_10min'])} |", ""]
+        lines += ["Proactive replies (Timeliness-F1):", "",
+                  ("| questions | windows | replies | F1 K=1 | F1 K=5 | P@±2s | R@±2s | delay p50 s | "
+                   "false / 10 min |"),
+                  "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+                  (f"| {p['questions']} | {p['gold_windows']} | {p['replies']} | {_f(p['timeliness_f1_k1']['f1'])} | "
+                   f"{_f(p['timeliness_f1_k5']['f1'])} | {_f(p['at_2s']['precision'])} | "
+                   f"{_f(p['at_2s']['recall'])} | {_f(p['delay_s_median'])} | {_f(p['false_alerts_per_10min'])} |"),
+                  ""]
     s = report["system"]
     lines += ["| TTFT p50 ms | TTFT p90 ms | ingest frames/s | real-time factor | frames | dropped | peak MB |",
               "|---:|---:|---:|---:|---:|---:|---:|",
-              f"| {_f(s['ttft_ms_p50'])} | {_f(s['ttft_ms_p90'])} | {_f(s['ingest_frames_per_s'])} | "
-              f"{_f(s['real_time_factor'])} | {s['frames_in']} | {s['frames_dropped']} | {_f(s['peak_memory_mb'])} |", ""]
-    if report.get("judge"):
+              (f"| {_f(s['ttft_ms_p50'])} | {_f(s['ttft_ms_p90'])} | {_f(s['ingest_frames_per_s'])} | "
+               f"{_f(s['real_time_factor'])} | {s['frames_in']} | {s['frames_dropped']} | {_f(s['peak_memory_mb'])} |"),
+              ""]
+    if report.get("judged"):
+        j = report["judge"]
+        lines += [f"Judged by {j['model']} ({j['rule']}):", "", "| benchmark/category/task | n | judged accuracy |",
+                  "|---|---:|---:|"]
+        lines += [f"| {k} | {v['n']} | {_f(v['accuracy'])} |" for k, v in report["judged"].items()] + [""]
+    elif report.get("judge"):
         lines += [f"Note: {report['judge']}.", ""]
     return "\n".join(lines)
 

@@ -121,7 +121,7 @@ def score_trace(episodes: list[dict], trace_path: str | Path) -> dict:
             continue
         if rec["type"] == "alert":
             alerts[key].append(rec["t_s"])
-        else:
+        elif rec["type"] in ("answer", "probe"):  # not "run" / "judge" records (eval/batch.py, eval/judge.py)
             outputs[key] = rec
         if rec.get("t_s") is not None:
             last_t[rec["episode_id"]] = max(last_t[rec["episode_id"]], rec["t_s"])
