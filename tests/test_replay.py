@@ -149,7 +149,15 @@ def test_native_run_from_trace_and_resume(grey_video, tiny_model_dir, tmp_path):
         score_files([eps], cfg, resumed_dir, mode="replay", resume=True)
 
 
-def test_replay_polls_streamingbench_proactive(grey_video, tiny_model_dir, adapter):
+def test_replay_polls_streamingbench_proactive(grey_video, tiny_model_dir, adapter, monkeypatch):
+    clips = []
+
+    class Recording(ClipSource):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            clips.append((self.times[0], self.times[-1]))
+
+    monkeypatch.setattr(batch, "ClipSource", Recording)
     ep = {"schema": "stream-episode/1", "episode_id": "p", "source": {"benchmark": "streamingbench"},
           "video": {"path": str(grey_video), "t_start": 0.0, "t_end": None}, "protocol": {},
           "events": [{"id": "q0", "t": 1.0, "kind": "user_query", "text": 'When it turns white, output "white".',
@@ -163,7 +171,10 @@ def test_replay_polls_streamingbench_proactive(grey_video, tiny_model_dir, adapt
     assert stats["polls"] == 5  # once a second over [2, 6], on one pass
     alerts = [r for r in recs if r["type"] == "alert"]
     assert len(alerts) <= 1 and stats["runs"] == 1 + len(alerts)
-    for a in alerts:  # the first "yes", then the question answered on the clip up to it
+    # the polls' pass runs from the question time (1 s) to the last poll; after the first "yes" the question is
+    # answered on the clip from the question time to that poll
+    assert clips == [(1.0, 6.0)] + [(1.0, a["t_s"]) for a in alerts]
+    for a in alerts:
         assert a["event_id"] == "q0" and a["t_s"] in (2.0, 3.0, 4.0, 5.0, 6.0) and isinstance(a["text"], str)
 
 

@@ -10,10 +10,10 @@
   [t0, t] (t0 = 0, or t - protocol.context_window_s) through eval/replay.ClipSource, with the benchmark's prompt
   template (eval/prompts.py); where the protocol keeps dialogue turns (SVBench chains), the questions asked at
   one time share one clip and the dialogue. A question that carries a polling range (StreamingBench proactive output) is
-  polled once a second over the range with the benchmark's yes/no question, incrementally on one pass (each
-  poll sees exactly the frames up to its time, as the official per-poll clips do); the first "yes" (p(yes) >=
-  0.5) is the reply time, and the question is then answered on the clip up to that time and recorded as an
-  alert. Proactive questions without a polling rule run natively.
+  polled once a second over the range with the benchmark's yes/no question, incrementally on one pass over the
+  clip from the question time (each poll sees exactly the frames from the question time to its own, as the
+  official per-poll clips do); the first "yes" (p(yes) >= 0.5) is the reply time, and the question is then
+  answered on the clip from the question time to the reply time and recorded as an alert. Proactive questions without a polling rule run natively.
 
 The trace (DIR/trace.jsonl) holds one JSON record per answer, probe and alert, and one "stats" record that
 closes each episode; `--resume` keeps the episodes closed in an existing trace and runs the rest. Reports are
@@ -81,12 +81,13 @@ class _Runner:
         return FileSource(v["path"], fps=self.config.fps, t_start_s=v.get("t_start") or 0.0, t_end_s=end,
                           size=self.config.frame_px)
 
-    def _clip(self, t: float) -> ClipSource:
+    def _clip(self, t: float, t0: float | None = None) -> ClipSource:
         v = self.ep["video"]
-        t0 = v.get("t_start") or 0.0
-        window = (self.ep.get("protocol") or {}).get("context_window_s")
-        if window:
-            t0 = max(t0, t - window)
+        if t0 is None:
+            t0 = v.get("t_start") or 0.0
+            window = (self.ep.get("protocol") or {}).get("context_window_s")
+            if window:
+                t0 = max(t0, t - window)
         return ClipSource(v["path"], t0, max(t, t0), self.config.fps, size=self.config.frame_px)
 
     def run(self, source, questions, probes=(), watches=()) -> list:
@@ -159,23 +160,24 @@ class _Runner:
             self.record(e["id"], out.to_json())
         chain.clear()
 
-    def answer_at(self, e: dict, t: float):
+    def answer_at(self, e: dict, t: float, t0: float | None = None):
         text = prompts.render(e, self.ep["events"])
-        outs = self.run(self._clip(t), [(t, text)])
+        outs = self.run(self._clip(t, t0), [(t, text)])
         return next(o for o in outs if o.kind == "answer")
 
     def poll(self, e: dict) -> None:
         start, end = e["poll"]
         times = [start + k for k in range(int(end - start + 1e-6) + 1)]
         question = prompts.poll_text(e)
-        outs = self.run(self._clip(times[-1]), [], [(t, question) for t in times])
+        # StreamingBenchProactive cuts each poll's clip from the question time to the poll time
+        outs = self.run(self._clip(times[-1], t0=e["t"]), [], [(t, question) for t in times])
         polls = [o for o in outs if o.kind == "probe"]
         self.stats["polls"] += len(polls)
         fired = next((o for o in polls if o.text == "yes"), None)
         if fired is None:
             return
         t = fired.data["t_s"]
-        answer = self.answer_at(e, t)
+        answer = self.answer_at(e, t, t0=e["t"])
         self.record(e["id"], {"type": "alert", "trigger_id": e["id"], "condition": e["text"], "t_s": t,
                               "score": fired.data.get("p_yes"), "evidence_t_s": [], "text": answer.text,
                               "ttft_ms": answer.data.get("ttft_ms")})

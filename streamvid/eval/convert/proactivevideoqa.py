@@ -12,7 +12,9 @@ Each file is a JSON list of questions {`video`, `question_id`, `conversation`, `
   (when a reply is due), `related_timespan` [a, b] (what it is about), and `type` (EGO: step / substep) or
   `num_captions` (VAD)}.
 
-Mapping: the question becomes a `user_query` at its time; each subtitle a `context` event at its time; each
+Mapping: the question becomes a `user_query` at its time; each subtitle a `context` event at its time (kept in
+the episode; the engine takes no timed text, so the model does not see them: TV questions are answered from
+the frames alone); each
 expected reply an `expected_response` with window = `reply_timespan`, `t_gold` = its start and the reply text as
 gold, scored by Timeliness-F1 (eval/timeliness.py; K=1 and K=5 replies per window) and precision/recall at ±d s.
 The benchmark's own metric, PAUC (an LLM judge scores each reply's content against the gold replies over time),

@@ -31,7 +31,8 @@ Proactive output: the question is asked at `time_stamp`; the official protocol p
 output; the first "yes" is the reply time, after which the question is asked for the output. A reply counts as
 timely within ±2 s of the gold time and as right when the gold output occurs in it (`count.py`). Here: a
 `user_query` plus an `expected_response` with `t_gold` = the gold time, window [t_gold - 2, t_gold + 2] and the
-gold output; the query's `poll` field holds the polling range [time_stamp + 1, gold + 4].
+gold output; the query's `poll` field holds the polling range [time_stamp + 1, gold + 4]. Each poll's clip runs
+from `time_stamp` to the poll time (`split_video(video_path, start_time, current_time)`), not from 0.
 
 What the model may see: `split_video(video, start, timestamp)` with start = 0 for CONTEXT_TIME = -1 (the
 published setting), i.e. the video up to the question time; times are whole seconds in the files.
