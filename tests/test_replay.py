@@ -77,6 +77,10 @@ def test_clip_past_the_end_stops_at_the_last_frame(grey_video, backend):
 def test_clip_errors(tmp_path):
     with pytest.raises(ValueError, match="video file not found"):
         ClipSource(tmp_path / "none.mp4", 0.0, 1.0, 2.0)
+    bad = tmp_path / "bad.mp4"
+    bad.write_text("not a video")
+    with pytest.raises(ValueError, match=f"cannot read video {bad}: Invalid data found"):
+        ClipSource(bad, 0.0, 1.0, 2.0)
 
 
 def _episode(video: Path, eid: str = "e1", window_s: float | None = None) -> dict:

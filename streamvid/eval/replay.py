@@ -51,6 +51,7 @@ class ClipSource:
             raise ValueError(f"video file not found: {path}")
         self.path, self.size = str(path), size
         self.times = grid_times(t0, t, fps)
+        _check_readable(self.path)  # one clear error for a file no decoder can open (before decord logs its own)
         self._frames: Iterator[np.ndarray] | None = None
         if backend in ("auto", "decord"):
             try:
@@ -132,6 +133,17 @@ class ClipSource:
             close = getattr(self._frames, "close", None)
             if close is not None:
                 close()
+
+
+def _check_readable(path: str) -> None:
+    import av
+
+    try:
+        with av.open(path) as container:
+            if not container.streams.video:
+                raise ValueError(f"no video stream in {path}")
+    except av.error.FFmpegError as e:
+        raise ValueError(f"cannot read video {path}: {e.strerror or e}") from None
 
 
 def _rgb(frame, size: int | None) -> np.ndarray:
