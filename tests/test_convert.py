@@ -72,7 +72,8 @@ def test_streamingbench(tmp_path):
         (3.0, "Object Recognition", "real"), (5.0, "Counting", "real")]  # "00:05" is MM:SS
     assert [e["gold"]["letter"] for e in _events(real, "expected_answer")] == ["B", "A"]
     omni = _events(eps["streamingbench/omni/sample_2_omni"], "user_query")[0]
-    assert omni["options"] == ["A. The man.", "B. The woman.", "C. The narrator.", "D. Nobody."]  # lettered as the loader does
+    # lettered as the loader does
+    assert omni["options"] == ["A. The man.", "B. The woman.", "C. The narrator.", "D. Nobody."]
     assert _events(eps["streamingbench/omni/sample_2_omni"], "expected_answer")[0]["gold"] == {
         "letter": "C", "text": "The narrator."}
     sqa = eps["streamingbench/sqa/sample_3_sqa"]
@@ -123,7 +124,8 @@ def test_svbench(tmp_path):
     [ep] = convert("svbench", [DATA / "svbench" / "video_7.json"], tmp_path)
     assert ep["episode_id"] == "svbench/video_7" and ep["video"]["path"] == str(tmp_path / "video_7.mp4")
     assert ep["protocol"]["dialogue_turns"] == 6
-    assert [(e["t"], e["chain"], e["turn"]) for e in _events(ep, "user_query")] == [(2.4, 0, 0), (2.4, 0, 1), (5.2, 2, 0)]
+    assert [(e["t"], e["chain"], e["turn"]) for e in _events(ep, "user_query")] == [
+        (2.4, 0, 0), (2.4, 0, 1), (5.2, 2, 0)]
     assert [e["gold"]["text"] for e in _events(ep, "expected_answer")] == ["A red ball.", "He throws it.",
                                                                             "In the basket."]
 

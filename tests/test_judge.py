@@ -46,9 +46,8 @@ def test_report_without_judge_says_so(tmp_path):
 def test_judged_accuracy_from_judge_records(tmp_path):
     eps, trace = _files(tmp_path)
     with open(trace, "a") as f:
-        for qid, p in (("q0", 0.9), ("q2", 0.3)):
-            f.write(json.dumps({"episode_id": "rvs/e", "event_id": qid, "type": "judge", "judge": "j", "p_yes": p,
-                                "verdict": p >= 0.5}) + "\n")
+        f.writelines(json.dumps({"episode_id": "rvs/e", "event_id": qid, "type": "judge", "judge": "j", "p_yes": p,
+                                "verdict": p >= 0.5}) + "\n" for qid, p in (("q0", 0.9), ("q2", 0.3)))
     report = build_report(eps, trace)
     assert report["judge"] == {"model": "j", "n": 2,
                                "rule": "the judge's p(yes) >= 0.5 that the reply matches the gold answer"}

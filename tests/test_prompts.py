@@ -11,7 +11,8 @@ Q = {"id": "q0", "kind": "user_query", "t": 3.0, "text": "What is on the table?"
 
 
 def test_native_is_the_question_with_its_options():
-    assert native_text(Q) == "What is on the table?\nA. A cup.\nB. A book.\nC. A phone.\nD. Nothing.\nE. Translated with DeepL"
+    assert native_text(Q) == ("What is on the table?\nA. A cup.\nB. A book.\nC. A phone.\nD. Nothing.\n"
+                              "E. Translated with DeepL")
     assert render({**Q, "prompt": None}) == native_text(Q)
 
 

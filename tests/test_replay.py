@@ -201,7 +201,8 @@ def test_cli_score_replay_and_from_trace(grey_video, tiny_model_dir, tmp_path):
     assert (tmp_path / "b" / "report.md").read_text() == (tmp_path / "a" / "report.md").read_text()
     bad = subprocess.run([*base, "--from-trace", str(tmp_path / "none.jsonl")], check=False, capture_output=True,
                          text=True)
-    assert bad.returncode == 2 and bad.stderr.strip() == f"streamvid score: error: trace not found: {tmp_path / 'none.jsonl'}"
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == f"streamvid score: error: trace not found: {tmp_path / 'none.jsonl'}"
 
 
 def test_replay_keeps_a_dialogue_chain_on_one_clip(grey_video, tiny_model_dir, adapter):

@@ -9,11 +9,12 @@
 * `replay`: each benchmark's own protocol. Every question is answered on a fresh cache fed only its clip
   [t0, t] (t0 = 0, or t - protocol.context_window_s) through eval/replay.ClipSource, with the benchmark's prompt
   template (eval/prompts.py); where the protocol keeps dialogue turns (SVBench chains), the questions asked at
-  one time share one clip and the dialogue. A question that carries a polling range (StreamingBench proactive output) is
-  polled once a second over the range with the benchmark's yes/no question, incrementally on one pass over the
-  clip from the question time (each poll sees exactly the frames from the question time to its own, as the
-  official per-poll clips do); the first "yes" (p(yes) >= 0.5) is the reply time, and the question is then
-  answered on the clip from the question time to the reply time and recorded as an alert. Proactive questions without a polling rule run natively.
+  one time share one clip and the dialogue. A question that carries a polling range (StreamingBench proactive
+  output) is polled once a second over the range with the benchmark's yes/no question, incrementally on one
+  pass over the clip from the question time (each poll sees exactly the frames from the question time to its
+  own, as the official per-poll clips do); the first "yes" (p(yes) >= 0.5) is the reply time, and the question
+  is then answered on the clip from the question time to the reply time and recorded as an alert. Proactive
+  questions without a polling rule run natively.
 
 The trace (DIR/trace.jsonl) holds one JSON record per answer, probe and alert, and one "stats" record that
 closes each episode; `--resume` keeps the episodes closed in an existing trace and runs the rest. Reports are
@@ -33,7 +34,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from streamvid.config import EngineConfig
+from streamvid.config import BUNDLED_MODEL, EngineConfig
 from streamvid.eval import prompts
 from streamvid.eval.replay import ClipSource
 from streamvid.eval.score import load_all
@@ -71,14 +72,11 @@ class _Runner:
 
         return StreamingAssistant(self.config, adapter=self.adapter)
 
-    def _file(self, t_end: float | None = None):
+    def _file(self):
         from streamvid.sources import FileSource
 
         v = self.ep["video"]
-        end = v.get("t_end")
-        if t_end is not None:
-            end = t_end if end is None else min(end, t_end)
-        return FileSource(v["path"], fps=self.config.fps, t_start_s=v.get("t_start") or 0.0, t_end_s=end,
+        return FileSource(v["path"], fps=self.config.fps, t_start_s=v.get("t_start") or 0.0, t_end_s=v.get("t_end"),
                           size=self.config.frame_px)
 
     def _clip(self, t: float, t0: float | None = None) -> ClipSource:
@@ -289,8 +287,6 @@ def run_all(episodes: list[dict], config: EngineConfig, trace_path: str | Path, 
     """Run every episode not yet closed in the trace, appending its records episode by episode (in episode order,
     also on Ray: `ray` is a cluster address, or "local" for a local cluster of `ray_workers` workers)."""
     trace_path = Path(trace_path)
-    from streamvid.config import BUNDLED_MODEL
-
     model = "bundled streamvid-tiny" if config.model == str(BUNDLED_MODEL) else config.model
     run_header = {"episode_id": None, "event_id": None, "type": "run", "mode": mode, "model": model,
                   "fps": config.fps, "window_tokens": config.window_tokens, "memory_top_k": config.memory_top_k}

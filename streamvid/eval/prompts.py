@@ -70,7 +70,8 @@ def render(event: dict, events: list[dict] | None = None) -> str:
     if name is None:
         return native_text(event)
     if name not in TEMPLATES:
-        raise ValueError(f"unknown prompt template {name!r} on event {event.get('id')!r}; known: {', '.join(TEMPLATES)}")
+        raise ValueError(f"unknown prompt template {name!r} on event {event.get('id')!r}; "
+                         f"known: {', '.join(TEMPLATES)}")
     if name == "ovo-bench":
         return _OVO_MC.format(question=q, options="; ".join(options) + ";")
     if name == "ovo-bench-rec":

@@ -7,9 +7,9 @@ seeking where decord is not installed or cannot open the file.
 
 Frames sit on the grid t0 + k/fps, k = 0, 1, ...; the last one is the latest grid time <= t, so a clip ends
 exactly at the question time when t is on the grid (and never after it); a question after the end of the video
-sees the clip up to the last frame (`times` then ends there). Each grid time shows the video frame displayed then: the last frame whose
-timestamp is <= the grid time. Frames are decoded lazily (memory stays at one batch). Single consumer thread;
-`live` is False.
+sees the clip up to the last frame (`times` then ends there). Each grid time shows the video frame displayed
+then: the last frame whose timestamp is <= the grid time. Frames are decoded lazily (memory stays at one batch).
+Single consumer thread; `live` is False.
 """
 
 from __future__ import annotations
