@@ -8,6 +8,7 @@
     streamvid convert ovo-bench|streamingbench|rvs|proactivevideoqa|svbench FILE... --videos DIR --out EPISODES.jsonl
     streamvid synth --seed S --minutes N --out DIR
     streamvid train-tiny --out models/streamvid-tiny
+    streamvid make-tiny --arch qwen2-vl|qwen2.5-vl|qwen3-vl|llava-onevision|llava-next-video --out DIR
 
 `run` prints one JSON object per line on stdout, in stream-time order: {"type": "answer", ...} per question (for
 "Tell me when ..." an acknowledgement at T), {"type": "alert", "trigger_id", "condition", "t_s", "score",
@@ -149,6 +150,13 @@ def cmd_train_tiny(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_make_tiny(args: argparse.Namespace) -> int:
+    from streamvid.adapters.tiny_families import make_tiny
+
+    print(make_tiny(args.arch, args.out, seed=args.seed))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from streamvid.app.inputs import InputPolicy
     from streamvid.app.sessions import SessionManager
@@ -258,6 +266,13 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--steps", type=int, default=None)
     t.set_defaults(func=cmd_train_tiny)
+
+    mt = sub.add_parser("make-tiny", help="write a small random checkpoint of a supported family (install checks)")
+    mt.add_argument("--arch", required=True,
+                    choices=("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision", "llava-next-video"))
+    mt.add_argument("--out", type=Path, required=True)
+    mt.add_argument("--seed", type=int, default=0)
+    mt.set_defaults(func=cmd_make_tiny)
     return p
 
 

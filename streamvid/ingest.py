@@ -15,7 +15,7 @@ from streamvid.adapters.base import VideoLLMAdapter
 from streamvid.config import EngineConfig
 from streamvid.kv_window import Block, KVWindow
 from streamvid.memory import LongTermMemory
-from streamvid.positions import concat, move_block
+from streamvid.positions import concat
 from streamvid.types import Frame
 
 
@@ -67,7 +67,11 @@ class IngestWorker:
         t0 = time.perf_counter()
         snap = self.window.snapshot()
         past = concat([snap.sinks, *snap.blocks], snap.next_pos)
-        enc = self.adapter.encode_chunk(images, past, seconds_per_chunk=self.config.frames_per_chunk / self.config.fps)
+        seconds_per_chunk = self.config.frames_per_chunk / self.config.fps
+        if getattr(self.adapter, "uses_stream_time", False):  # its tokens carry the chunk's time (Qwen3-VL)
+            enc = self.adapter.encode_chunk(images, past, seconds_per_chunk, t_start_s=frames[0].t_s)
+        else:
+            enc = self.adapter.encode_chunk(images, past, seconds_per_chunk=seconds_per_chunk)
         block = Block(id=self._next_id, t_start_s=frames[0].t_s, t_end_s=frames[-1].t_s + 1.0 / self.config.fps,
                       keys=enc.keys, values=enc.values, pos_start=snap.next_pos, pos_span=enc.pos_span,
                       vector=enc.vector)
@@ -77,8 +81,7 @@ class IngestWorker:
                 self.memory.add(_to_host(old))
         snap = self.window.snapshot()
         if snap.next_pos > self.config.rebase_after_pos and snap.blocks[0].pos_start > snap.sinks.pos_span:
-            inv_freq = self.adapter.rope_inv_freq
-            self.window.rebase(lambda b, pos: move_block(b, pos, inv_freq))
+            self.window.rebase(self.adapter.positions.move)
         self.blocks_encoded += 1
         self.encode_s += time.perf_counter() - t0
         if self.on_block is not None:

@@ -1,9 +1,12 @@
 """Position policy: moving cached KV blocks to new positions without recomputing them.
 
-Qwen2-VL / Qwen2.5-VL use 3-D M-RoPE: every rotary frequency is driven by one of the temporal, height or width
-position components. Keys in the cache are stored after rotation. Shifting all three components of a block by the
-same Δ rotates every frequency i by Δ·inv_freq[i], whichever axis drives it, so a block moves to new positions
-by one more rotation of its cached keys; values do not depend on positions.
+Every supported family rotates keys with RoPE (rotate-half layout) and stores them rotated in the cache. Qwen2-VL /
+Qwen2.5-VL / Qwen3-VL use 3-D M-RoPE: every rotary frequency is driven by one of the temporal, height or width
+position components (in contiguous sections for Qwen2/2.5, interleaved for Qwen3). Shifting all three components of
+a block by the same Δ rotates every frequency i by Δ·inv_freq[i], whichever axis drives it, so a block moves to new
+positions by one more rotation of its cached keys; values do not depend on positions. The LLaVA families run a 1-D
+RoPE language model (Qwen2, Llama), where the same rotation holds with one position per token. `RopePositions` is
+that policy for one adapter: how its position ids look and how its blocks move.
 
 Over an unbounded stream positions would grow without bound; `rebase` moves the window's blocks back so they
 start right after the sinks. Answer contexts are laid out contiguously by `layout`: sinks, retrieved blocks in
@@ -13,6 +16,7 @@ time order, then the recent window, so retrieved memory sits before the window a
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -33,16 +37,54 @@ def rotate_keys(keys: torch.Tensor, delta: int, inv_freq: torch.Tensor) -> torch
     return (k * cos + rotated_half * sin).to(keys.dtype)
 
 
-def move_block(block: Block, pos_start: int, inv_freq: torch.Tensor) -> Block:
-    """The same block with its keys re-rotated so it starts at `pos_start`."""
+@dataclass(frozen=True, eq=False)
+class RopePositions:
+    """One adapter's position policy. `axes` is 3 for M-RoPE (temporal, height, width; a text token has the same
+    value on all three) and 1 for 1-D RoPE; `inv_freq` (head_dim / 2,) float32 are the rotary frequencies of the
+    language model. A segment's positions are numbered by the adapter (`Encoded.pos_span`); this policy only
+    shifts them."""
+
+    inv_freq: torch.Tensor
+    axes: int
+
+    def __post_init__(self):
+        if self.axes not in (1, 3):
+            raise ValueError(f"axes must be 1 (RoPE) or 3 (M-RoPE), got {self.axes}")
+
+    def text_ids(self, start: int, n: int) -> torch.Tensor:
+        """Position ids of n text tokens from `start`: (3, 1, n) for M-RoPE, (1, n) for 1-D RoPE."""
+        ids = torch.arange(start, start + n).view(1, n)
+        return ids.view(1, 1, n).expand(3, 1, n) if self.axes == 3 else ids
+
+    def batch_ids(self, starts: Sequence[int], lengths: Sequence[int], width: int) -> torch.Tensor:
+        """Position ids of left-padded rows: row i holds lengths[i] tokens from starts[i], right-aligned in
+        `width` (padding positions are 0): (3, n, width) for M-RoPE, (n, width) for 1-D RoPE."""
+        ids = torch.zeros((len(starts), width), dtype=torch.long)
+        for i, (start, n) in enumerate(zip(starts, lengths)):
+            ids[i, width - n:] = torch.arange(start, start + n)
+        return ids.unsqueeze(0).expand(3, -1, -1) if self.axes == 3 else ids
+
+    def move(self, block: Block, pos_start: int) -> Block:
+        return move_block(block, pos_start, self.inv_freq)
+
+
+def _inv_freq(policy: RopePositions | torch.Tensor) -> torch.Tensor:
+    return policy.inv_freq if isinstance(policy, RopePositions) else policy
+
+
+def move_block(block: Block, pos_start: int, inv_freq: RopePositions | torch.Tensor) -> Block:
+    """The same block with its keys re-rotated so it starts at `pos_start` (`inv_freq`: an adapter's
+    `positions` policy or its bare RoPE frequencies)."""
     delta = pos_start - block.pos_start
     if delta == 0:
         return block
-    keys = tuple(rotate_keys(k, delta, inv_freq) for k in block.keys)
+    freq = _inv_freq(inv_freq)
+    keys = tuple(rotate_keys(k, delta, freq) for k in block.keys)
     return block.replace(keys=keys, pos_start=pos_start)
 
 
-def layout(sinks: Block, retrieved: Sequence[Block], window: Sequence[Block], inv_freq: torch.Tensor) -> Context:
+def layout(sinks: Block, retrieved: Sequence[Block], window: Sequence[Block],
+           inv_freq: RopePositions | torch.Tensor) -> Context:
     """Concatenate sinks, retrieved blocks (time order) and window blocks at contiguous positions."""
     pos = sinks.pos_start + sinks.pos_span
     placed = [sinks]

@@ -240,7 +240,7 @@ class ReasoningWorker:
         r.narrate = self.narration is not None and self.narration.due(r.scene, t_s)
         if not r.todo and not r.narrate:
             return None
-        r.context = layout(snap.sinks, (), snap.blocks, self.adapter.rope_inv_freq)
+        r.context = layout(snap.sinks, (), snap.blocks, self.adapter.positions)
         return r
 
     def _update(self, tr: Trigger, score: float, r: _Round, emit: Callable[[Output], None]) -> None:
@@ -283,7 +283,7 @@ class ReasoningWorker:
         retrieved, at_times = self.retrieve(q, snap)
         # a question about an older moment ("what was on screen at 03:12?") is answered from that moment alone
         window = [] if at_times and retrieved else snap.blocks
-        context = layout(snap.sinks, retrieved, window, self.adapter.rope_inv_freq)
+        context = layout(snap.sinks, retrieved, window, self.adapter.positions)
         prompt = self.adapter.prompt(q.text, list(self.dialogue))
         t0 = time.perf_counter()
         ttft = None
@@ -319,7 +319,7 @@ class ReasoningWorker:
     def probe(self, q: Question) -> Output:
         """p(yes) for a yes/no question about now: one forward on the window snapshot (no retrieval)."""
         snap = self.window.snapshot()
-        context = layout(snap.sinks, (), snap.blocks, self.adapter.rope_inv_freq)
+        context = layout(snap.sinks, (), snap.blocks, self.adapter.positions)
         p_yes = self.adapter.probe(context, q.text)
         return Output("probe", q.id, "yes" if p_yes >= 0.5 else "no",
                       {"question": q.text, "t_s": round(q.t_s, 3), "p_yes": round(p_yes, 4)})

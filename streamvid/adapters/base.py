@@ -10,10 +10,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    from streamvid.positions import RopePositions
 
 
 @dataclass(frozen=True)
@@ -48,13 +52,16 @@ class VideoLLMAdapter(Protocol):
     `lock` around each forward and keep no per-call state on the model between calls."""
 
     lock: threading.RLock
-    rope_inv_freq: torch.Tensor  # (head_dim / 2,) float32: RoPE frequencies shared by all three M-RoPE axes
+    positions: RopePositions  # how this model numbers positions and moves cached blocks (positions.py)
+    rope_inv_freq: torch.Tensor  # (head_dim / 2,) float32: RoPE frequencies (= positions.inv_freq)
     index_dim: int
     frames_per_chunk_multiple: int  # chunks must hold a multiple of this many frames (the temporal patch)
+    uses_stream_time: bool  # encode_chunk writes the chunk's stream time (t_start_s) into its tokens
 
     def encode_text(self, text: str, past: Context | None) -> Encoded: ...
 
-    def encode_chunk(self, frames: Sequence[np.ndarray], past: Context, seconds_per_chunk: float) -> Encoded: ...
+    def encode_chunk(self, frames: Sequence[np.ndarray], past: Context, seconds_per_chunk: float,
+                     t_start_s: float = 0.0) -> Encoded: ...
 
     def question_vector(self, text: str) -> np.ndarray: ...
 
@@ -68,8 +75,52 @@ class VideoLLMAdapter(Protocol):
     def probe_many(self, context: Context, questions: Sequence[str]) -> list[float]: ...
 
 
-def load_adapter(model: str, device: str = "cpu", dtype: str = "auto", index_layer: int = 0) -> VideoLLMAdapter:
-    """Load a checkpoint (HF id or local directory) behind the adapter that supports its architecture."""
-    from streamvid.adapters.qwen2_5_vl import QwenVLAdapter
+# model_type -> (architecture, module, adapter class); each family lives in its own module under adapters/
+REGISTRY: dict[str, tuple[str, str, str]] = {
+    "qwen2_5_vl": ("Qwen2_5_VLForConditionalGeneration", "streamvid.adapters.qwen2_5_vl", "QwenVLAdapter"),
+    "qwen2_vl": ("Qwen2VLForConditionalGeneration", "streamvid.adapters.qwen2_5_vl", "QwenVLAdapter"),
+    "qwen3_vl": ("Qwen3VLForConditionalGeneration", "streamvid.adapters.qwen3_vl", "Qwen3VLAdapter"),
+    "llava_onevision": ("LlavaOnevisionForConditionalGeneration", "streamvid.adapters.llava_onevision",
+                        "LlavaOnevisionAdapter"),
+    "llava_next_video": ("LlavaNextVideoForConditionalGeneration", "streamvid.adapters.llava_next_video",
+                         "LlavaNextVideoAdapter"),
+}
 
-    return QwenVLAdapter(model, device=device, dtype=dtype, index_layer=index_layer)
+
+def supported() -> str:
+    return ", ".join(f"{arch} ({model_type})" for model_type, (arch, _, _) in REGISTRY.items())
+
+
+def adapter_class(config: dict) -> type:
+    """The adapter class for a checkpoint's config.json: by `model_type`, else by `architectures`."""
+    import importlib
+
+    model_type = config.get("model_type")
+    if model_type not in REGISTRY:
+        by_arch = {arch: mt for mt, (arch, _, _) in REGISTRY.items()}
+        model_type = next((by_arch[a] for a in config.get("architectures") or () if a in by_arch), None)
+    if model_type is None:
+        raise ValueError(f"unsupported model (model_type {config.get('model_type')!r}, architectures "
+                         f"{config.get('architectures')}); supported: {supported()}")
+    _, module, name = REGISTRY[model_type]
+    return getattr(importlib.import_module(module), name)
+
+
+def read_config(model: str) -> dict:
+    """config.json of a checkpoint (local directory, or HF id from the hub cache / the hub)."""
+    import json
+
+    from transformers.utils import cached_file
+
+    try:
+        path = cached_file(model, "config.json")
+    except OSError as e:
+        kind = "directory" if Path(model).exists() else "model id (no hub access here: pass a local directory)"
+        raise ValueError(f"cannot load model {model!r} as a {kind}: {str(e).splitlines()[0]}") from e
+    return json.loads(Path(path).read_text())
+
+
+def load_adapter(model: str, device: str = "cpu", dtype: str = "auto", index_layer: int = 0) -> VideoLLMAdapter:
+    """Load a checkpoint (HF id or local directory) behind the adapter that supports its architecture, chosen
+    from its config.json (`REGISTRY`); an unsupported one is refused with the list of supported ones."""
+    return adapter_class(read_config(model))(model, device=device, dtype=dtype, index_layer=index_layer)
