@@ -127,6 +127,19 @@ def test_segments_tokenize_as_the_whole_conversation(fam):
     assert ids == fam.tokenizer(text)["input_ids"]
 
 
+@pytest.mark.parametrize("t_start_s", [0.0, 10.0])
+def test_qwen3_vl_chunk_carries_the_timestamps_the_processor_writes(t_start_s, family_adapters, family_dirs):
+    adapter = _adapter(family_adapters, family_dirs, "qwen3-vl")
+    frames = random_frames(4, seed=3)
+    first = round(t_start_s * FPS)  # the same frames as frames first..first+3 of a clip at FPS
+    meta = {"fps": FPS, "frames_indices": list(range(first, first + 4)), "total_num_frames": first + 4}
+    hf = adapter.processor(text="<|vision_start|><|video_pad|><|vision_end|>", videos=[np.stack(frames)],
+                           video_metadata=[meta], do_sample_frames=False, return_tensors="pt")
+    chunk = adapter.chunk_inputs(frames, len(frames) / FPS, t_start_s)
+    assert chunk.ids.tolist() == hf["input_ids"].tolist()
+    assert f"<{t_start_s + 0.25:.1f} seconds>" in adapter.tokenizer.decode(chunk.ids[0])
+
+
 def test_chunk_by_chunk_encoding_equals_one_forward(fam):
     chunks = _chunks(fam, 2)
     prompt = fam.prompt("How many shapes are there?")
