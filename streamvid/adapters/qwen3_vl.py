@@ -5,9 +5,9 @@ text position where it stands); it reads time from text. Its chat template write
 `<|vision_start|><|video_pad|><|vision_end|>` and the HF processor expands the pad into `<{t:.1f} seconds>`
 `<|vision_start|> pads <|vision_end|>` per temporal patch, t being the mean time of the patch's frames. A chunk
 is one such video, written from its stream time, so a chunk encoded live carries the tokens the processor writes
-for those frames at that time in the clip (tests compare the two). Interleaved M-RoPE still rotates every frequency by one position component, so
-blocks move by the shared rotation (`positions.RopePositions`); deepstack features are injected by the model's
-own forward over each chunk's video tokens.
+for those frames at that time in the clip (tests compare the two). Interleaved M-RoPE still rotates every
+frequency by one position component, so blocks move by the shared rotation (`positions.RopePositions`); deepstack
+features are injected by the model's own forward over each chunk's video tokens.
 """
 
 from __future__ import annotations
