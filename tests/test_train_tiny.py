@@ -53,8 +53,8 @@ def test_samples_follow_the_engine_layout(data):
 
 
 def test_answers_are_taught_to_look_at_the_named_object_in_the_newest_block(data, tmp_path_factory):
-    """The attention targets of a question about now are the newest block's cells whose decoded pixels show the
-    colour the question names."""
+    """For a question about now, the colour word is taught to look at the newest block's cells whose decoded
+    pixels show that colour, and the answer at the word."""
     from streamvid.training.train_tiny import _Batcher, _mentions
 
     cfg = TrainConfig(out_dir=data.cfg.out_dir, n_timelines=1, minutes=1.0, families={"realtime_shape": 1.0})
@@ -68,10 +68,13 @@ def test_answers_are_taught_to_look_at_the_named_object_in_the_newest_block(data
     for _ in range(6):
         s = shape_data.sample(3, max_turns=1)
         batch = batcher.build([s])
-        (_, pos, targets), = [look for look in batch["looks"] if look[1] == max(p for _, p, _ in batch["looks"])]
         _, a, b = batch["chunk_spans"][-1]
-        assert all(a <= t < b for t in targets)  # the newest block only
+        (_, pos, words), = batch["answer_looks"]
         assert batch["input_ids"][0, pos + 1] == adapter.tokenizer.encode(s["answer"])[0]  # predicts the answer
+        (_, word, targets), = batch["word_looks"]
+        assert words == [word]  # the answer looks at the colour word, the colour word at the objects
+        assert adapter.tokenizer.decode(batch["input_ids"][0, word]).strip() in COLOURS
+        assert all(a <= t < b for t in targets)  # the newest block only
         _, colour = _mentions(s["question"])
         palette = np.array(list(COLOURS.values()))
         images = np.stack([shape_data.frame(s["ti"], k) for k in s["chunks"][-1]]).astype(int)  # the block's frames
@@ -87,11 +90,13 @@ def test_answers_are_taught_to_look_at_the_named_object_in_the_newest_block(data
 
 def test_train_saves_a_checkpoint_the_engine_loads(tmp_path):
     record = train(TrainConfig(out_dir=tmp_path / "m", steps=3, batch=2, n_timelines=1, minutes=0.5, log_every=1,
-                               eval_samples=4))
+                               eval_samples=4, vision_warmup_steps=2, warmup_scenes=4))
     assert record["steps_done"] == 3
-    assert [h["step"] for h in record["history"]] == [0, 1, 2]
-    assert all(h["lm_loss"] > 0 and h["vision_aux"] > 0 for h in record["history"])
-    assert set(record["history"][-1]["held_out"]) <= {"realtime_colour", "realtime_shape", "realtime_count",
+    warmup = [h for h in record["history"] if "vision_warmup_step" in h]
+    main = [h for h in record["history"] if "step" in h]
+    assert [h["vision_warmup_step"] for h in warmup] == [0, 1] and [h["step"] for h in main] == [0, 1, 2]
+    assert all(h["lm_loss"] > 0 and h["vision_aux"] > 0 and h["attention"] > 0 for h in main)
+    assert set(main[-1]["held_out"]) <= {"realtime_colour", "realtime_shape", "realtime_count",
                                                       "realtime_exists", "probe", "backward_colour",
                                                       "backward_shape", "backward_at_time"}
     adapter = QwenVLAdapter(str(tmp_path / "m"))

@@ -11,11 +11,14 @@ that names a time gets the blocks at that time and no window, as the engine answ
 ShapesWorld puts every object inside one cell of the model's merged-token grid (`synth.world`), so each vision
 token shows at most one object. Four signals:
 - next-token loss on the answers (several questions per context, earlier ones as dialogue turns);
-- where to look (`_attention_loss`): at the position that predicts each answer's first token, two heads of one
-  middle decoder layer are taught to attend to the vision tokens of the object(s) the question is about — in the
-  newest block for a question about now, in the retrieved blocks for a question about the past. Without it the
-  answer takes the colour of the right object but a shape from elsewhere, and older blocks in the context (the
-  same shape in another colour) pull answers about now into the past;
+- where to look (`_attention_loss`), in two hops. At every colour or shape word of a question, two heads of
+  decoder layer 1 are taught to attend to the vision tokens that show that colour or shape — in the newest block
+  for a question about now, in the retrieved blocks for one about the past — so the word's position gathers what
+  the object it names looks like (the vision tokens already point along the words' embeddings, so this is a
+  content match). At the position that predicts the answer's first token, two heads of layer 2 are taught to
+  attend to those words (to the objects' vision tokens themselves for a question that names nothing, such as a
+  count). Without it the answer takes the colour of the right object but a shape from elsewhere, and older blocks
+  in the context (the same shape in another colour) pull answers about now into the past;
 - dense vision supervision (`_vision_aux`): per merged vision token, which colours and shapes cover its cell,
   detected by the input embeddings of the words themselves, so what is seen and the words asking for it share
   directions; and the object count per chunk;
@@ -83,7 +86,8 @@ class TrainConfig:
     time_budget_s: float = 105 * 60
     vision_warmup_steps: int = 400
     warmup_scenes: int = 32  # fresh scenes per vision warm-up step
-    attention_layer: int = 2  # decoder layer whose heads 0 and 1 learn where to look
+    word_attention_layer: int = 1  # decoder layer whose heads 0 and 1 learn to look from a named word to the object
+    answer_attention_layer: int = 2  # ... and from the answer to the named words
     attention_weight: float = 0.5
     log_every: int = 50
     eval_every: int = 300
@@ -247,10 +251,14 @@ class _Batcher:
         self.end_id = tok.convert_tokens_to_ids("<|im_end|>")
         self.pad_id = tok.convert_tokens_to_ids("<|endoftext|>")
         self.merge = int(adapter.video_processor.merge_size)
+        # first token of " red", ..., " circle", ...: the column of each attribute word in the cell labels
+        self.word_column = {tok.encode(" " + w, add_special_tokens=False)[0]: i
+                            for i, w in enumerate([*COLOURS, *SHAPES])}
 
     def build(self, samples: list[dict]) -> dict:
         a, tok = self.a, self.a.tokenizer
-        rows, labels, pixels, grids, chunk_spans, chunk_meta, looks = [], [], [], [], [], [], []
+        rows, labels, pixels, grids, chunk_spans, chunk_meta = [], [], [], [], [], []
+        word_looks, answer_looks = [], []
         for si, s in enumerate(samples):
             ids = list(self.sink_ids)
             first_span = len(chunk_spans)
@@ -273,9 +281,15 @@ class _Batcher:
                                     add_special_tokens=False)
                 answer_ids = tok.encode(answer, add_special_tokens=False) + [self.end_id]
                 lab += [-100] * len(prompt) + answer_ids
-                targets = self._look_at(s, spans, question, family)
-                if targets:
-                    looks.append((si, len(ids) + len(prompt) - 1, targets))
+                start = len(ids)
+                words = [i for i, t in enumerate(prompt) if t in self.word_column]  # colour and shape words
+                for i in words:
+                    if cells := self._look_at(s, spans, family, [self.word_column[prompt[i]]]):
+                        word_looks.append((si, start + i, cells))
+                words = [start + i for i in words]
+                answer_targets = words or self._look_at(s, spans, family, [])
+                if answer_targets:
+                    answer_looks.append((si, start + len(prompt) - 1, answer_targets))
                 ids += prompt + answer_ids
             rows.append(ids)
             labels.append(lab)
@@ -301,18 +315,15 @@ class _Batcher:
         return {"input_ids": input_ids, "labels": label_t, "attention_mask": mask, "position_ids": pos,
                 "pixel_values_videos": torch.cat(pixels), "video_grid_thw": grid_all,
                 "chunk_spans": chunk_spans, "chunk_meta": chunk_meta, "questions": questions, "samples": samples,
-                "looks": looks}
+                "word_looks": word_looks, "answer_looks": answer_looks}
 
-    def _look_at(self, s: dict, spans: list[tuple[int, int, int]], question: str, family: str) -> list[int]:
-        """Token positions of the vision tokens the answer to `question` has to read: the cells that show what the
-        question names (any object, for questions that name nothing), in the newest block for a question about
-        now, in every block for one about the past (the retrieved blocks; a timed question has no window)."""
+    def _look_at(self, s: dict, spans: list[tuple[int, int, int]], family: str, cols: list[int]) -> list[int]:
+        """Token positions of the vision tokens that show the attributes `cols` (any object, for none), in the
+        newest block for a question about now, in every block for one about the past (the retrieved blocks; a
+        timed question has no window)."""
         chunks = list(zip(spans, s["chunks"]))
         if family in REALTIME:
             chunks = chunks[-1:]
-        shape, colour = _mentions(question)
-        cols = [len(COLOURS) + SHAPES.index(shape)] if shape else []
-        cols += [list(COLOURS).index(colour)] if colour else []
         out = []
         for (_, a, b), frames in chunks:
             attributes = self.data.cell_attributes(s["ti"], frames)
@@ -382,7 +393,8 @@ def train(cfg: TrainConfig) -> dict:
         lm_loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), batch["labels"][:, 1:].reshape(-1))
         c_loss = _contrastive(model, batch, captured[0], data)
         v_loss = _vision_aux(merged[0], batch, data, model.get_input_embeddings(), words, attr_bias, count_head)
-        a_loss = _attention_loss(res.attentions[cfg.attention_layer], batch["looks"])
+        a_loss = (_attention_loss(res.attentions[cfg.word_attention_layer], batch["word_looks"])
+                  + _attention_loss(res.attentions[cfg.answer_attention_layer], batch["answer_looks"]))
         loss = lm_loss + cfg.contrastive_weight * c_loss + v_loss + cfg.attention_weight * a_loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
