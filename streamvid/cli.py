@@ -136,15 +136,19 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_synth(args: argparse.Namespace) -> int:
+    from streamvid.config import BUNDLED_MODEL
     from streamvid.synth.episodes import write_dataset
+    from streamvid.synth.world import FRAME_PX, cell_grid
 
-    for path in write_dataset(args.seed, args.minutes, args.out, fps=args.fps):
+    # one world cell per merged vision token of the bundled model (28 px: a 112-px frame is 4 x 4 cells)
+    grid = cell_grid(json.loads((BUNDLED_MODEL / "processor_config.json").read_text()), FRAME_PX)
+    for path in write_dataset(args.seed, args.minutes, args.out, fps=args.fps, size=FRAME_PX, grid=grid):
         print(path)
     return 0
 
 
 def cmd_train_tiny(args: argparse.Namespace) -> int:
-    from streamvid.adapters.train_tiny import TrainConfig, train
+    from streamvid.training.train_tiny import TrainConfig, train
 
     train(TrainConfig(out_dir=args.out, seed=args.seed, steps=args.steps))
     return 0
