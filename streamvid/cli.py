@@ -7,7 +7,7 @@
                     [--memory-top-k K] [--no-plots] [--ray [ADDRESS]] [--ray-workers N] [--judge MODEL]
     streamvid convert ovo-bench|streamingbench|rvs|proactivevideoqa|svbench FILE... --videos DIR --out EPISODES.jsonl
     streamvid synth --seed S --minutes N --out DIR
-    streamvid train-tiny --out models/streamvid-tiny
+    streamvid train-tiny --out models/streamvid-tiny [--seed S] [--steps N] [--time-budget-min M]
     streamvid make-tiny --arch qwen2-vl|qwen2.5-vl|qwen3-vl|llava-onevision|llava-next-video --out DIR
 
 `run` prints one JSON object per line on stdout, in stream-time order: {"type": "answer", ...} per question (for
@@ -150,7 +150,8 @@ def cmd_synth(args: argparse.Namespace) -> int:
 def cmd_train_tiny(args: argparse.Namespace) -> int:
     from streamvid.training.train_tiny import TrainConfig, train
 
-    train(TrainConfig(out_dir=args.out, seed=args.seed, steps=args.steps))
+    budget = {} if args.time_budget_min is None else {"time_budget_s": 60 * args.time_budget_min}
+    train(TrainConfig(out_dir=args.out, seed=args.seed, steps=args.steps, **budget))
     return 0
 
 
@@ -269,6 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--out", type=Path, default=BUNDLED_MODEL)
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--steps", type=int, default=None)
+    t.add_argument("--time-budget-min", type=float, default=None,
+                   help="stop after this many minutes of main training (default 105); the learning rate decays to it")
     t.set_defaults(func=cmd_train_tiny)
 
     mt = sub.add_parser("make-tiny", help="write a small random checkpoint of a supported family (install checks)")
