@@ -55,7 +55,8 @@ def test_samples_follow_the_engine_layout(data):
 def test_answers_are_taught_to_look_at_the_named_object_in_the_newest_block(data, tmp_path_factory):
     """For a question about now, the colour word is taught to look at the newest block's cells whose decoded
     pixels show that colour, and the answer at the word."""
-    from streamvid.training.train_tiny import _Batcher, _mentions
+    from streamvid.synth.questions import mentions
+    from streamvid.training.train_tiny import _Batcher
 
     cfg = TrainConfig(out_dir=data.cfg.out_dir, n_timelines=1, minutes=1.0, families={"realtime_shape": 1.0})
     shape_data = _Data(cfg, np.random.default_rng(3))
@@ -75,7 +76,7 @@ def test_answers_are_taught_to_look_at_the_named_object_in_the_newest_block(data
         assert words == [word]  # the answer looks at the colour word, the colour word at the objects
         assert adapter.tokenizer.decode(batch["input_ids"][0, word]).strip() in COLOURS
         assert all(a <= t < b for t in targets)  # the newest block only
-        _, colour = _mentions(s["question"])
+        _, colour = mentions(s["question"])
         palette = np.array(list(COLOURS.values()))
         images = np.stack([shape_data.frame(s["ti"], k) for k in s["chunks"][-1]]).astype(int)  # the block's frames
         for t in targets:

@@ -12,24 +12,20 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections import defaultdict
 from pathlib import Path
 
 from streamvid.reasoning import stream_times
-from streamvid.synth.world import COLOURS, EPS, SHAPES, Timeline
+from streamvid.synth.questions import frames_show, mentions
+from streamvid.synth.world import EPS, Timeline
 
 MEMORY_TASKS = ("backward_colour", "backward_shape", "backward_at_time")
-_WORDS = re.compile(r"[a-z]+")
 
 
-def _shows(tl: Timeline, span: tuple[float, float], shape: str | None, colour: str | None) -> bool:
+def _frames(tl: Timeline, span: tuple[float, float]) -> range:
+    """The frame indices k with a <= k / fps < b."""
     a, b = span
-    for k in range(max(0, math.ceil(a * tl.fps - EPS)), min(tl.n_frames, math.ceil(b * tl.fps - EPS))):
-        if any((shape is None or o.shape == shape) and (colour is None or o.colour == colour)
-               for o in tl.objects_at(k / tl.fps)):
-            return True
-    return False
+    return range(max(0, math.ceil(a * tl.fps - EPS)), min(tl.n_frames, math.ceil(b * tl.fps - EPS)))
 
 
 def retrieval_recall(episodes: list[dict], trace_path: str | Path) -> dict | None:
@@ -57,10 +53,8 @@ def retrieval_recall(episodes: list[dict], trace_path: str | Path) -> dict | Non
                 named = stream_times(e["text"], now_s=e["t"])
                 hit = bool(named) and any(a - EPS <= tl.frame_time(named[0]) < b - EPS for a, b in spans)
             else:
-                words = set(_WORDS.findall(e["text"].lower()))
-                shape = next((s for s in SHAPES if s in words), None)
-                colour = next((c for c in COLOURS if c in words), None)
-                hit = any(_shows(tl, span, shape, colour) for span in spans)
+                shape, colour = mentions(e["text"])
+                hit = any(frames_show(tl, _frames(tl, span), shape, colour) for span in spans)
             counts[e["task"]][0] += hit
             counts[e["task"]][1] += 1
     if not counts:

@@ -17,6 +17,7 @@ Validity rules that keep answers unambiguous:
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from dataclasses import dataclass
 
@@ -43,6 +44,23 @@ def _pick(rng, seq):
 def _say(rng, templates: tuple[str, ...], **kw) -> str:
     a = "an" if kw.get("c", "x")[0] in "aeiou" else "a"  # "an orange star"
     return _pick(rng, templates).format(a=a, **kw)
+
+
+_WORDS = re.compile(r"[a-z]+")
+
+
+def mentions(text: str) -> tuple[str | None, str | None]:
+    """The (shape, colour) a question names; None for each it does not name."""
+    words = set(_WORDS.findall(text.lower()))
+    shape = next((s for s in SHAPES if s in words), None)
+    colour = next((c for c in COLOURS if c in words), None)
+    return shape, colour
+
+
+def frames_show(tl: Timeline, frames, shape: str | None, colour: str | None) -> bool:
+    """Whether an object of that shape and colour (either may be None: any) is visible on one of the frame indices."""
+    return any((shape is None or o.shape == shape) and (colour is None or o.colour == colour)
+               for k in frames for o in tl.objects_at(k / tl.fps))
 
 
 def describe(timeline: Timeline, t_s: float) -> list[tuple[str, str]]:

@@ -37,7 +37,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import re
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -49,7 +48,7 @@ import torch.nn.functional as F
 
 from streamvid.adapters.qwen2_5_vl import QwenVLAdapter, mean_queries
 from streamvid.adapters.tiny import build_tiny_checkpoint
-from streamvid.synth.questions import sample_qa
+from streamvid.synth.questions import frames_show, mentions, sample_qa
 from streamvid.sources import FileSource
 from streamvid.synth.world import (BACKGROUNDS, CELL_PX, COLOURS, JITTER_PX, SHAPES, SIZE_RANGE, Obj, Timeline, draw,
                                    generate, shape_mask, write_mp4)
@@ -59,7 +58,6 @@ log = logging.getLogger(__name__)
 REALTIME = ("realtime_colour", "realtime_shape", "realtime_count", "realtime_exists", "probe")
 FAMILY_WEIGHTS = {"realtime_colour": 1.0, "realtime_shape": 1.0, "realtime_count": 1.0, "realtime_exists": 1.0,
                   "probe": 1.0, "backward_colour": 1.5, "backward_shape": 1.5, "backward_at_time": 1.0}
-_WORDS = re.compile(r"[a-z]+")
 N_EVAL_TIMELINES = 2
 
 
@@ -217,27 +215,12 @@ class _Data:
         others = [c for c in past if c not in chosen]
         if others and rng.random() < 0.5:  # like the engine, prefer old blocks showing what the question names
             sample = [others[i] for i in rng.choice(len(others), min(40, len(others)), replace=False)]
-            shape, colour = _mentions(qa.text)
+            shape, colour = mentions(qa.text)
             if shape or colour:
-                others = [c for c in sample if _chunk_shows(tl, c, fps, shape, colour)] or others
+                others = [c for c in sample if frames_show(tl, c, shape, colour)] or others
         if others and n_random:
             chosen += [others[i] for i in rng.choice(len(others), min(n_random, len(others)), replace=False)]
         return chosen
-
-
-def _mentions(text: str) -> tuple[str | None, str | None]:
-    words = set(_WORDS.findall(text.lower()))
-    shape = next((s for s in SHAPES if s in words), None)
-    colour = next((c for c in COLOURS if c in words), None)
-    return shape, colour
-
-
-def _chunk_shows(tl: Timeline, frames: list[int], fps: float, shape: str | None, colour: str | None) -> bool:
-    for k in frames:
-        for o in tl.objects_at(k / fps):
-            if (shape is None or o.shape == shape) and (colour is None or o.colour == colour):
-                return True
-    return False
 
 
 class _Batcher:
@@ -366,7 +349,7 @@ def train(cfg: TrainConfig) -> dict:
     groups = [{"params": [*vision, *aux_params], "lr": 2 * cfg.lr},
               {"params": [p for p in model.parameters() if id(p) not in seen], "lr": cfg.lr}]
     t0 = time.perf_counter()
-    history = _vision_warmup(model, cfg, rng, merged, words, attr_bias, count_head)
+    history = _vision_warmup(model, adapter.video_processor, cfg, rng, merged, words, attr_bias, count_head)
     opt = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
     t0 = time.perf_counter()
 
@@ -441,7 +424,7 @@ def _attention_loss(attentions: torch.Tensor, looks: list[tuple[int, int, list[i
     return torch.cat(losses).mean()
 
 
-def _vision_warmup(model, cfg: TrainConfig, rng: np.random.Generator, merged: list[torch.Tensor], words: torch.Tensor,
+def _vision_warmup(model, processor, cfg: TrainConfig, rng: np.random.Generator, merged: list[torch.Tensor], words: torch.Tensor,
                    attr_bias: torch.Tensor, count_head: torch.nn.Linear) -> list[dict]:
     """The vision tower alone on fresh grid scenes (the same dense targets as `_vision_aux`), so that the main
     loop starts with vision tokens that already tell shapes and colours apart."""
@@ -450,7 +433,6 @@ def _vision_warmup(model, cfg: TrainConfig, rng: np.random.Generator, merged: li
     embed = model.get_input_embeddings()
     params = [*model.model.visual.parameters(), attr_bias, *count_head.parameters(), embed.weight]
     opt = torch.optim.AdamW(params, lr=2 * cfg.lr, weight_decay=0.0)
-    processor = _video_processor(model)
     history, t0 = [], time.perf_counter()
     for step in range(cfg.vision_warmup_steps):
         frames, attributes, counts = zip(*[_scene(rng, cfg.frame_px) for _ in range(cfg.warmup_scenes)])
@@ -469,13 +451,6 @@ def _vision_warmup(model, cfg: TrainConfig, rng: np.random.Generator, merged: li
             history.append(rec)
             log.warning("train %s", rec)
     return history
-
-
-def _video_processor(model):
-    """The checkpoint's own video processor (saved beside the weights by `build_tiny_checkpoint`)."""
-    from transformers import AutoProcessor
-
-    return AutoProcessor.from_pretrained(model.name_or_path).video_processor
 
 
 def _scene(rng: np.random.Generator, px: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -548,10 +523,10 @@ def _contrastive(model, batch: dict, keys: torch.Tensor, data: _Data) -> torch.T
     sim = 20.0 * qs @ blocks.T  # (questions, blocks)
     losses = []
     for qi, s in enumerate(batch["samples"]):
-        shape, colour = _mentions(s["question"])
+        shape, colour = mentions(s["question"])
         if shape is None and colour is None:
             continue
-        pos = torch.tensor([_chunk_shows(data.timelines[ti], frames, data.cfg.fps, shape, colour)
+        pos = torch.tensor([frames_show(data.timelines[ti], frames, shape, colour)
                             for ti, frames in batch["chunk_meta"]])
         if pos.any() and not pos.all():
             losses.append(torch.logsumexp(sim[qi], 0) - torch.logsumexp(sim[qi][pos], 0))
