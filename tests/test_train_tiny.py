@@ -63,6 +63,7 @@ def test_answers_are_taught_to_look_at_the_named_object_in_the_newest_block(data
     from streamvid.adapters.tiny import build_tiny_checkpoint
 
     adapter = QwenVLAdapter(str(build_tiny_checkpoint(tmp_path_factory.mktemp("m"), hidden=32, layers=2)))
+    shape_data.encode_chunks(adapter.model, adapter.video_processor)
     batcher = _Batcher(adapter, shape_data)
     g = cfg.frame_px // CELL_PX
     checked = 0
@@ -96,7 +97,9 @@ def test_train_saves_a_checkpoint_the_engine_loads(tmp_path):
     warmup = [h for h in record["history"] if "vision_warmup_step" in h]
     main = [h for h in record["history"] if "step" in h]
     assert [h["vision_warmup_step"] for h in warmup] == [0, 1] and [h["step"] for h in main] == [0, 1, 2]
-    assert all(h["lm_loss"] > 0 and h["vision_aux"] > 0 and h["attention"] > 0 for h in main)
+    assert all(h["lm_loss"] > 0 and h["attention"] > 0 for h in main)
+    (check,) = [h["vision_check"] for h in record["history"] if "vision_check" in h]
+    assert set(check) == {"colour", "shape"} and all(0 <= v <= 1 for v in check.values())
     assert set(main[-1]["held_out"]) <= {"realtime_colour", "realtime_shape", "realtime_count",
                                                       "realtime_exists", "probe", "backward_colour",
                                                       "backward_shape", "backward_at_time"}
@@ -108,3 +111,34 @@ def test_train_saves_a_checkpoint_the_engine_loads(tmp_path):
 def test_cli_wires_train_tiny():
     args = build_parser().parse_args(["train-tiny", "--out", "x", "--steps", "5"])
     assert args.func.__name__ == "cmd_train_tiny" and args.steps == 5
+
+
+def test_language_model_trains_on_the_vision_tokens_the_engine_computes(tmp_path):
+    """The chunk tokens computed once for the whole timeline equal the tower's output on the engine's own chunk
+    inputs, and a forward with them in the video slots equals the model's forward from the pixels."""
+    import torch
+
+    from streamvid.adapters.tiny import build_tiny_checkpoint
+    from streamvid.training.train_tiny import _Batcher, _forward
+
+    cfg = TrainConfig(out_dir=tmp_path / "unused", n_timelines=1, minutes=0.5)
+    data = _Data(cfg, np.random.default_rng(5))
+    adapter = QwenVLAdapter(str(build_tiny_checkpoint(tmp_path / "m", hidden=32, layers=2)))
+    model = adapter.model
+    data.encode_chunks(model, adapter.video_processor, batch=7)
+    fpc = cfg.frames_per_chunk
+    assert len(data.tokens[0]) == data.timelines[0].n_frames // fpc
+    with torch.no_grad():
+        for c in (0, 9, len(data.tokens[0]) - 1):
+            frames = list(range(c * fpc, (c + 1) * fpc))
+            vision = adapter.chunk_inputs([data.frame(0, k) for k in frames], 1.0).vision
+            (expected,) = model.model.get_video_features(vision["pixel_values_videos"], vision["video_grid_thw"],
+                                                         return_dict=True).pooler_output
+            torch.testing.assert_close(data.chunk_tokens(0, frames), expected, atol=1e-5, rtol=1e-5)
+        batch = _Batcher(adapter, data).build([data.sample(3, max_turns=2)])
+        chunks = batch["samples"][0]["chunks"]
+        video = adapter.video_processor(videos=[np.stack([data.frame(0, k) for k in f]) for f in chunks],
+                                        return_tensors="pt", do_sample_frames=False, cap_pixels_per_frame=True)
+        reference = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                          position_ids=batch["position_ids"], **video).logits
+        torch.testing.assert_close(_forward(model, batch).logits, reference, atol=1e-4, rtol=1e-4)

@@ -9,27 +9,30 @@ now, older blocks that may contradict the present (so the model learns to read "
 that names a time gets the blocks at that time and no window, as the engine answers it.
 
 ShapesWorld puts every object inside one cell of the model's merged-token grid (`synth.world`), so each vision
-token shows at most one object. Four signals:
-- next-token loss on the answers (several questions per context, earlier ones as dialogue turns);
-- where to look (`_attention_loss`), in two hops. At every colour or shape word of a question, two heads of
-  decoder layer 1 are taught to attend to the vision tokens that show that colour or shape — in the newest block
-  for a question about now, in the retrieved blocks for one about the past — so the word's position gathers what
-  the object it names looks like (the vision tokens already point along the words' embeddings, so this is a
-  content match). At the position that predicts the answer's first token, two heads of layer 2 are taught to
-  attend to those words (to the objects' vision tokens themselves for a question that names nothing, such as a
-  count). Without it the answer takes the colour of the right object but a shape from elsewhere, and older blocks
-  in the context (the same shape in another colour) pull answers about now into the past;
-- dense vision supervision (`_vision_aux`): per merged vision token, which colours and shapes cover its cell,
-  detected by the input embeddings of the words themselves, so what is seen and the words asking for it share
-  directions; and the object count per chunk;
-- a contrastive loss on the engine's retrieval vectors: at decoder layer 0, the mean pre-RoPE key of a block's
-  video tokens and the mean pre-RoPE query of the question's tokens (GQA heads averaged). Nothing mixes tokens
-  before layer 0's projections, so those vectors are the same here as in the engine.
+token shows at most one object. Training runs in two stages.
 
-Before the main loop the vision tower (with the word embeddings it is scored against) learns alone for
-`vision_warmup_steps` steps on freshly drawn single-frame grid scenes; the learning rate then follows a cosine over
-the main steps or the time budget, whichever runs out first. The first `short_window_frac` of that progress sees
-1-3 window blocks and no old blocks for questions about now.
+1. The vision tower learns alone for `vision_warmup_steps` steps on freshly drawn single-frame grid scenes, with
+   dense supervision (`_attribute_loss`): per merged vision token, which colours and shapes cover its cell,
+   detected by the input embeddings of the words themselves (" red", " circle", ...), so a token showing a red
+   circle points along the embeddings of " red" and " circle" and the words of a question match what was seen by
+   plain attention (and by the layer-0 retrieval vectors); per chunk, the object count. The tower is then frozen
+   at the weights the engine will run, and its tokens for every chunk of every timeline are computed once
+   (`_Data.encode_chunks`); `_vision_check` records how well they name their cells.
+2. The language model learns on those tokens, at text speed, from three signals:
+   - next-token loss on the answers (several questions per context, earlier ones as dialogue turns);
+   - where to look (`_attention_loss`), in two hops. At every colour or shape word of a question, two heads of
+     decoder layer 1 are taught to attend to the vision tokens that show that colour or shape — in the newest
+     block for a question about now, in the retrieved blocks for one about the past — so the word's position
+     gathers what the object it names looks like. At the position that predicts the answer's first token, two
+     heads of layer 2 are taught to attend to those words (to the objects' vision tokens themselves for a
+     question that names nothing, such as a count). Without it the answer takes the colour of the right object
+     but a shape from elsewhere, and older blocks in the context (the same shape in another colour) pull answers
+     about now into the past;
+   - a contrastive loss on the engine's retrieval vectors: at decoder layer 0, the mean pre-RoPE key of a
+     block's video tokens and the mean pre-RoPE query of the question's tokens (GQA heads averaged). Nothing
+     mixes tokens before layer 0's projections, so those vectors are the same here as in the engine.
+   The learning rate follows a cosine over the main steps or the time budget, whichever runs out first. The first
+   `short_window_frac` of that progress sees 1-3 window blocks and no old blocks for questions about now.
 """
 
 from __future__ import annotations
@@ -125,6 +128,29 @@ class _Data:
 
     def frame(self, ti: int, k: int) -> np.ndarray:
         return self.frames[ti][k]
+
+    @torch.no_grad()
+    def encode_chunks(self, model, processor, batch: int = 64) -> None:
+        """Run the (then frozen) vision tower once over every chunk of every timeline, on the engine's chunk grid
+        and through the engine's processor call, so the language model trains on exactly the vision tokens the
+        engine will feed it, without paying for the tower at every step."""
+        fpc = self.cfg.frames_per_chunk
+        self.tokens = []
+        for frames in self.frames:
+            chunks = [frames[c * fpc:(c + 1) * fpc] for c in range(len(frames) // fpc)]
+            out = []
+            for i in range(0, len(chunks), batch):
+                video = processor(videos=chunks[i:i + batch], return_tensors="pt", do_sample_frames=False,
+                                  cap_pixels_per_frame=True)
+                features = model.model.get_video_features(video["pixel_values_videos"], video["video_grid_thw"],
+                                                          return_dict=True).pooler_output
+                out += list(features)
+            self.tokens.append(torch.stack(out))  # (chunks, tokens per chunk, hidden)
+        self.chunk_grid = video["video_grid_thw"][:1].clone()
+
+    def chunk_tokens(self, ti: int, frames: list[int]) -> torch.Tensor:
+        """The vision tokens of the engine's chunk that starts at frame `frames[0]` (after `encode_chunks`)."""
+        return self.tokens[ti][frames[0] // self.cfg.frames_per_chunk]
 
     def cell_attributes(self, ti: int, frames: list[int]) -> np.ndarray:
         """(cells, colours + shapes) bool: which colours and shapes cover more than 5% of each merged-token cell on
@@ -233,28 +259,25 @@ class _Batcher:
         self.sink_ids = tok.encode(adapter.sink_text, add_special_tokens=False)
         self.end_id = tok.convert_tokens_to_ids("<|im_end|>")
         self.pad_id = tok.convert_tokens_to_ids("<|endoftext|>")
-        self.merge = int(adapter.video_processor.merge_size)
         # first token of " red", ..., " circle", ...: the column of each attribute word in the cell labels
         self.word_column = {tok.encode(" " + w, add_special_tokens=False)[0]: i
                             for i, w in enumerate([*COLOURS, *SHAPES])}
 
     def build(self, samples: list[dict]) -> dict:
         a, tok = self.a, self.a.tokenizer
-        rows, labels, pixels, grids, chunk_spans, chunk_meta = [], [], [], [], [], []
+        rows, labels, embeds, grids, chunk_spans, chunk_meta = [], [], [], [], [], []
         word_looks, answer_looks = [], []
         for si, s in enumerate(samples):
             ids = list(self.sink_ids)
             first_span = len(chunk_spans)
             for frames in s["chunks"]:
-                video = a.video_processor(videos=[np.stack([self.data.frame(s["ti"], k) for k in frames])],
-                                          return_tensors="pt", do_sample_frames=False, cap_pixels_per_frame=True)
-                grid = video["video_grid_thw"]
-                n = int(grid.prod()) // (self.merge ** 2)
+                tokens = self.data.chunk_tokens(s["ti"], frames)
+                n = len(tokens)
                 chunk_spans.append((si, len(ids) + 1, len(ids) + 1 + n))
                 chunk_meta.append((s["ti"], frames))
                 ids += [a._vision_start] + [a._video_pad] * n + [a._vision_end]
-                pixels.append(video["pixel_values_videos"])
-                grids.append(grid)
+                embeds.append(tokens)
+                grids.append(self.data.chunk_grid)
             lab = [-100] * len(ids)
             # the engine's prompt with earlier turns as dialogue (`adapter.prompt`), answers labelled; special
             # tokens split the text, so the pieces tokenize exactly as the whole string does
@@ -296,7 +319,7 @@ class _Batcher:
             pos[:, i, :len(r)] = p[:, 0]
         questions = [tok.encode(s["question"], add_special_tokens=False) for s in samples]  # the last turn
         return {"input_ids": input_ids, "labels": label_t, "attention_mask": mask, "position_ids": pos,
-                "pixel_values_videos": torch.cat(pixels), "video_grid_thw": grid_all,
+                "video_embeds": torch.cat(embeds), "video_grid_thw": grid_all,
                 "chunk_spans": chunk_spans, "chunk_meta": chunk_meta, "questions": questions, "samples": samples,
                 "word_looks": word_looks, "answer_looks": answer_looks}
 
@@ -332,7 +355,7 @@ def train(cfg: TrainConfig) -> dict:
     captured: list[torch.Tensor] = []
     hook = model.model.language_model.layers[0].self_attn.k_proj.register_forward_hook(
         lambda _m, _i, o: captured.append(o))
-    # dense vision signals (`_vision_aux`; its bias and count head are for training only and are not saved)
+    # the vision warm-up's dense signals (its bias and count head are for training only and are not saved)
     merged: list[torch.Tensor] = []
     vision_hook = model.model.visual.merger.register_forward_hook(lambda _m, _i, o: merged.append(o))
     hidden = model.config.get_text_config().hidden_size
@@ -340,17 +363,23 @@ def train(cfg: TrainConfig) -> dict:
     words = torch.tensor([tok.convert_tokens_to_ids(tok.tokenize(" " + w))[0] for w in [*COLOURS, *SHAPES]])
     attr_bias = torch.nn.Parameter(torch.full((len(words),), -2.0))
     count_head = torch.nn.Linear(hidden, 4)
-    aux_params = [attr_bias, *count_head.parameters()]
-    # the vision tower learns from dense signals and takes twice the language model's rate; the language model's
-    # rate stays low and its weights decayed, or its attention saturates onto a few prompt tokens before it finds
-    # what the vision tokens say (a softmax at probability 1 passes no gradient to the keys it ignores)
-    vision = list(model.model.visual.parameters())
-    seen = {id(p) for p in vision}
-    groups = [{"params": [*vision, *aux_params], "lr": 2 * cfg.lr},
-              {"params": [p for p in model.parameters() if id(p) not in seen], "lr": cfg.lr}]
-    t0 = time.perf_counter()
     history = _vision_warmup(model, adapter.video_processor, cfg, rng, merged, words, attr_bias, count_head)
-    opt = torch.optim.AdamW(groups, weight_decay=cfg.weight_decay)
+    vision_hook.remove()
+    # from here the tower is frozen at the weights the engine will run (saved in bfloat16), and its tokens for
+    # every chunk are computed once: the main loop trains the language model alone, at text speed
+    for p in model.model.visual.parameters():
+        p.requires_grad_(False)
+        p.data = p.data.to(torch.bfloat16).float()
+    t_enc = time.perf_counter()
+    data.encode_chunks(model, adapter.video_processor)
+    history.append({"vision_check": _vision_check(data, model.get_input_embeddings(), words, attr_bias),
+                    "encode_s": round(time.perf_counter() - t_enc, 1)})
+    log.warning("train %s", history[-1])
+    # the language model's rate stays low and its weights decayed, or its attention saturates onto a few prompt
+    # tokens before it finds what the vision tokens say (a softmax at probability 1 passes no gradient to the
+    # keys it ignores)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr,
+                            weight_decay=cfg.weight_decay)
     t0 = time.perf_counter()
 
     def progress(step: int) -> float:  # main steps or time budget, whichever runs out first
@@ -359,8 +388,8 @@ def train(cfg: TrainConfig) -> dict:
     step = 0
     for step in range(steps):
         done = progress(step)
-        for group, base in zip(opt.param_groups, (2 * cfg.lr, cfg.lr)):
-            group["lr"] = base * min(1.0, (step + 1) / 100) * 0.5 * (1 + math.cos(math.pi * done))
+        for group in opt.param_groups:
+            group["lr"] = cfg.lr * min(1.0, (step + 1) / 100) * 0.5 * (1 + math.cos(math.pi * done))
         # the window length varies by batch: 1-3 blocks at first (few distractors while the model learns to bind
         # what it is asked about to what it sees), then up to and mostly at the engine's length
         short = done < cfg.short_window_frac
@@ -370,15 +399,13 @@ def train(cfg: TrainConfig) -> dict:
             w = cfg.window_blocks if rng.random() < 0.5 else int(rng.integers(2, cfg.window_blocks + 1))
         batch = batcher.build([data.sample(w, short=short) for _ in range(cfg.batch)])
         captured.clear()
-        merged.clear()
         res = _forward(model, batch, output_attentions=True)
         logits = res.logits
         lm_loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), batch["labels"][:, 1:].reshape(-1))
         c_loss = _contrastive(model, batch, captured[0], data)
-        v_loss = _vision_aux(merged[0], batch, data, model.get_input_embeddings(), words, attr_bias, count_head)
         a_loss = (_attention_loss(res.attentions[cfg.word_attention_layer], batch["word_looks"])
                   + _attention_loss(res.attentions[cfg.answer_attention_layer], batch["answer_looks"]))
-        loss = lm_loss + cfg.contrastive_weight * c_loss + v_loss + cfg.attention_weight * a_loss
+        loss = lm_loss + cfg.contrastive_weight * c_loss + cfg.attention_weight * a_loss
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -387,7 +414,7 @@ def train(cfg: TrainConfig) -> dict:
         last = step == steps - 1 or over_budget
         if step % cfg.log_every == 0 or last:
             rec = {"step": step, "lm_loss": round(lm_loss.item(), 4), "contrastive": round(c_loss.item(), 4),
-                   "vision_aux": round(v_loss.item(), 4), "attention": round(a_loss.item(), 4),
+                   "attention": round(a_loss.item(), 4),
                    "elapsed_s": round(time.perf_counter() - t0, 1)}
             if (step and step % cfg.eval_every == 0) or last:
                 rec["held_out"] = _evaluate(model, batcher, eval_set)
@@ -400,7 +427,6 @@ def train(cfg: TrainConfig) -> dict:
         if step and step % 500 == 0:
             _save(model, out)
     hook.remove()
-    vision_hook.remove()
     model.eval()
     _save(model, out)
     record = {"config": {k: v for k, v in asdict(cfg).items() if k != "out_dir"},
@@ -410,9 +436,13 @@ def train(cfg: TrainConfig) -> dict:
 
 
 def _forward(model, batch: dict, **kw):
-    """The model's output over a batch from `_Batcher.build`."""
-    keys = ("input_ids", "attention_mask", "position_ids", "pixel_values_videos", "video_grid_thw")
-    return model(**{k: batch[k] for k in keys}, **kw)
+    """The model's output over a batch from `_Batcher.build`: its precomputed vision tokens in the video slots."""
+    ids = batch["input_ids"]
+    embeds = model.get_input_embeddings()(ids)
+    slots = (ids == model.config.video_token_id).unsqueeze(-1)
+    embeds = embeds.masked_scatter(slots, batch["video_embeds"].to(embeds.dtype))
+    return model(inputs_embeds=embeds, attention_mask=batch["attention_mask"], position_ids=batch["position_ids"],
+                 **kw)
 
 
 def _attention_loss(attentions: torch.Tensor, looks: list[tuple[int, int, list[int]]]) -> torch.Tensor:
@@ -426,8 +456,8 @@ def _attention_loss(attentions: torch.Tensor, looks: list[tuple[int, int, list[i
 
 def _vision_warmup(model, processor, cfg: TrainConfig, rng: np.random.Generator, merged: list[torch.Tensor], words: torch.Tensor,
                    attr_bias: torch.Tensor, count_head: torch.nn.Linear) -> list[dict]:
-    """The vision tower alone on fresh grid scenes (the same dense targets as `_vision_aux`), so that the main
-    loop starts with vision tokens that already tell shapes and colours apart."""
+    """The vision tower alone on fresh grid scenes with dense targets (`_attribute_loss`), so that the language
+    model learns on vision tokens that already tell shapes and colours apart."""
     if cfg.vision_warmup_steps <= 0:
         return []
     embed = model.get_input_embeddings()
@@ -491,18 +521,24 @@ def _save(model, out: Path) -> None:
     model.save_pretrained(out, state_dict={k: v.detach().to(torch.bfloat16) for k, v in model.state_dict().items()})
 
 
-def _vision_aux(merged: torch.Tensor, batch: dict, data: _Data, embed: torch.nn.Embedding, words: torch.Tensor,
-                bias: torch.Tensor, count_head: torch.nn.Linear) -> torch.Tensor:
-    """Dense supervision of the vision tower from exact masks.
-
-    Per merged vision token, BCE on which colours and which shapes cover its cell, with the input embeddings of
-    the words themselves (" red", " circle", ...) as the detectors: a token showing a red circle points along the
-    embeddings of " red" and " circle", so the words of a question match what was seen by plain attention (and by
-    the layer-0 retrieval vectors) from the first steps on. Per chunk, cross-entropy on the number of objects
-    (0-3) from the mean of its tokens."""
-    cells = [data.cell_attributes(ti, frames) for ti, frames in batch["chunk_meta"]]
-    counts = [min(len(data.timelines[ti].objects_at(frames[-1] / data.cfg.fps)), 3) for ti, frames in batch["chunk_meta"]]
-    return _attribute_loss(merged, cells, counts, embed, words, bias, count_head)
+@torch.no_grad()
+def _vision_check(data: _Data, embed: torch.nn.Embedding, words: torch.Tensor, bias: torch.Tensor) -> dict:
+    """How well the frozen tower's tokens name what their cells show, on the held-out timelines' decoded chunks: of
+    the cells an object covers, the share whose colour (shape) detectors, the words' input embeddings as in the
+    warm-up, fire exactly for the colours (shapes) there."""
+    fpc, n_colours = data.cfg.frames_per_chunk, len(COLOURS)
+    colour, shape = [], []
+    for ti in data.eval_ids:
+        tokens = data.tokens[ti]
+        truth = np.concatenate([data.cell_attributes(ti, list(range(c * fpc, (c + 1) * fpc)))
+                                for c in range(len(tokens))])
+        said = (tokens.reshape(-1, tokens.shape[-1]) @ embed.weight[words].T / math.sqrt(tokens.shape[-1])
+                + bias).numpy() > 0
+        occupied = truth.any(1)
+        colour.append((said[:, :n_colours] == truth[:, :n_colours]).all(1)[occupied])
+        shape.append((said[:, n_colours:] == truth[:, n_colours:]).all(1)[occupied])
+    return {"colour": round(float(np.concatenate(colour).mean()), 4),
+            "shape": round(float(np.concatenate(shape).mean()), 4)}
 
 
 def _attribute_loss(merged: torch.Tensor, cells: list[np.ndarray], counts: list[int], embed: torch.nn.Embedding,
