@@ -12,20 +12,25 @@ caller's thread(s). `ask` only puts on the bounded questions queue and `watch`/`
 set (see reasoning.TriggerSet); answers, tokens, alerts and narration come back on the outputs queue. A worker's
 exception stops the session and is re-raised by `outputs()` (and `stop()`). `run_simulated` runs both workers'
 logic on the caller's thread, in stream order, for reproducible replays; it must not be mixed with `start`.
+`save(dir)` may be called from any thread, also while the workers run (saves are serialised); `resume(dir)` makes
+a new assistant from a saved session (see session_store).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import queue
 import resource
 import threading
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
 
+from streamvid import session_store
 from streamvid.adapters.base import VideoLLMAdapter, load_adapter
 from streamvid.config import EngineConfig
 from streamvid.future import parse_request, probe_for
@@ -69,6 +74,7 @@ class StreamingAssistant:
         self.ingest.on_block = self.reasoning.wake.set
         self.ingest_done = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._save_lock = threading.Lock()
 
     # ---- live use ---------------------------------------------------------------------------------------
     def start(self, source) -> None:
@@ -129,23 +135,31 @@ class StreamingAssistant:
                 self._raise_error()
                 return
 
-    def stop(self) -> None:
-        """Stop both workers (bounded join), close the source and memory, and re-raise a worker error that
-        `outputs()` has not reported yet. Safe to call twice."""
+    def stop(self, save_to: str | Path | None = None) -> dict | None:
+        """Stop both workers (bounded join), save the session into `save_to` when given (what `save` returns
+        is returned), close the source and memory, and re-raise a worker error that `outputs()` has not
+        reported yet. Safe to call twice."""
         self._stop.set()
         self.reasoning.wake.set()
         for t in self._threads:
             t.join(timeout=self.config.join_timeout_s)
         alive = [t.name for t in self._threads if t.is_alive()]
-        if alive:  # still inside one model call: it exits after it; leave it the source and memory it uses
-            log.warning("%s still finishing a model call after %.1f s", ", ".join(alive), self.config.join_timeout_s)
-        else:
-            if self.ingest.source is not None:
-                self.ingest.source.close()
-            if self.memory is not None:
-                self.memory.close()
+        saved = None
+        try:
+            if save_to is not None:  # consistent even with a worker still in a model call (ingest's lock)
+                saved = self.save(save_to)
+        finally:
+            if alive:  # still inside one model call: it exits after it; leave it the source and memory it uses
+                log.warning("%s still finishing a model call after %.1f s", ", ".join(alive),
+                            self.config.join_timeout_s)
+            else:
+                if self.ingest.source is not None:
+                    self.ingest.source.close()
+                if self.memory is not None:
+                    self.memory.close()
         if not self._error_reported:
             self._raise_error()
+        return saved
 
     def __enter__(self) -> StreamingAssistant:
         return self
@@ -162,6 +176,8 @@ class StreamingAssistant:
         its T. After every new chunk the triggers are probed and narration decides, as the reasoning thread would
         with no question waiting, so alerts and remarks are reproducible. A "tell me when" question gets its
         acknowledgement at T and its alert when the event is seen.
+        Times T are the input's own (0 = its first frame); in a resumed session they sit at T + stream_offset_s
+        of the session's clock, which answers report as t_s (and T as input_t_s).
         Returns answers, probe results, alerts and remarks in stream-time order (no token pieces)."""
         pending = sorted([(t, text, "answer") for t, text in questions_at] +
                          [(t, text, "probe") for t, text in probes_at] +
@@ -175,6 +191,7 @@ class StreamingAssistant:
 
         def handle_next() -> None:
             t, text, kind = pending.pop(0)
+            t += self.ingest.t_offset_s  # times are the input's own; the session's clock may have started earlier
             if kind == "watch":  # starts with the next decided chunk; the chunking is left as it is
                 self._watch(text, t, {})
                 return
@@ -201,6 +218,88 @@ class StreamingAssistant:
             handle_next()
             decide()
         return results
+
+    # ---- sessions -----------------------------------------------------------------------------------------
+    @property
+    def stream_t_s(self) -> float:
+        """The session's stream time so far: where the newest frame ends (one frame period after it), or where
+        this run started. A resumed session's next input starts here."""
+        snap = self.window.snapshot()
+        ends = [self.ingest.t_offset_s] + ([snap.blocks[-1].t_end_s] if snap.blocks else [])
+        if self.ingest.frames_in:
+            ends.append(self.ingest.latest_t_s + 1.0 / self.config.fps)
+        return max(ends)
+
+    @property
+    def stream_offset_s(self) -> float:
+        """Session time at which this run's input started: 0 for a fresh session."""
+        return self.ingest.t_offset_s
+
+    def save(self, directory: str | Path) -> dict:
+        """Snapshot the session into `directory` atomically (window, long-term memory, stream clock, dialogue);
+        a crash at any point leaves the previous snapshot there loadable. Returns what was written
+        (session_store.save). Frames of a chunk not yet encoded are not part of the snapshot."""
+        with self._save_lock:
+            return session_store.save(self, directory)
+
+    @classmethod
+    def resume(cls, directory: str | Path, config: EngineConfig | None = None,
+               adapter: VideoLLMAdapter | None = None) -> StreamingAssistant:
+        """A new assistant that continues the session saved in `directory`: the same window and long-term
+        memory, stream time continuing where it stopped, the recent dialogue. `config` defaults to the saved
+        one; its model must be the saved model. Raises session_store.SnapshotError (a ValueError) with a one-line
+        message for a missing, damaged or foreign snapshot."""
+        meta = session_store.read_meta(directory)
+        config = config or session_store.config_from(meta)
+        session_store.check_model(directory, meta, config.model)
+        snap = session_store.load(directory, meta=meta)
+        sa = cls(config, adapter)
+        try:
+            sa._restore(directory, snap)
+        except BaseException:
+            sa.stop()
+            raise
+        return sa
+
+    def _restore(self, directory: str | Path, snap: session_store.Snapshot) -> None:
+        now = self.window.snapshot().sinks
+        kv = snap.meta["kv"]
+        mine = {"dtype": str(now.keys[0].dtype).removeprefix("torch."), "layers": len(now.keys),
+                "kv_heads": int(now.keys[0].shape[1]), "head_dim": int(now.keys[0].shape[3])}
+        if kv != mine:
+            raise session_store.SnapshotError(
+                f"session {directory} holds KV as {kv}, this model runs {mine}: resume with the same --dtype "
+                f"and model, or use another --session folder")
+        device = now.keys[0].device
+        if snap.memory_dir is not None:
+            if self.memory is None:
+                log.warning("session %s has %d long-term memory blocks; memory is off (memory_top_k=0), so they "
+                            "are not loaded", directory, len(json.loads((snap.memory_dir / "memory.json").read_text())
+                                                          ["blocks"]))
+            else:
+                try:
+                    memory = LongTermMemory.restore(snap.memory_dir, self.config.memory_ram_mb,
+                                                    self.config.memory_disk_mb, self.config.memory_dir)
+                except (ValueError, KeyError, OSError, RuntimeError) as e:
+                    raise session_store.SnapshotError(
+                        f"session {directory} is damaged: its long-term memory cannot be read ({e}); remove the "
+                        f"folder to start a new session, or use another --session folder") from None
+                self.memory.close()
+                self.memory = self.ingest.memory = self.reasoning.memory = memory
+        if (snap.sinks.n_tokens, snap.sinks.pos_span) != (now.n_tokens, now.pos_span):
+            raise session_store.SnapshotError(
+                f"session {directory} was saved with a {snap.sinks.n_tokens}-token system prompt, this streamvid "
+                f"uses {now.n_tokens} tokens: use the streamvid that wrote it, or another --session folder")
+        # the sinks are this model's own encoding of the same prompt; the saved blocks follow them as before
+        for block in snap.blocks:
+            block = block.replace(keys=tuple(k.to(device) for k in block.keys),
+                                  values=tuple(v.to(device) for v in block.values))
+            for old in self.window.append(block):
+                if self.memory is not None:
+                    self.memory.add(old)
+        self.ingest.resume_at(snap.meta["stream_t_s"], snap.meta["next_block_id"])
+        self.reasoning.t_offset_s = snap.meta["stream_t_s"]
+        self.reasoning.dialogue.extend((q, a) for q, a in snap.meta["dialogue"])
 
     def stats(self) -> dict:
         snap = self.window.snapshot()

@@ -1,7 +1,7 @@
 """Command line.
 
     streamvid run VIDEO|URL|cam:N [--model M] [--ask T:QUESTION]... [--watch T:CONDITION]... [--narrate]
-                  [--fps F] [--realtime] [--window-tokens N] [--memory-top-k K]
+                  [--fps F] [--realtime] [--window-tokens N] [--memory-top-k K] [--session DIR [--autosave-s S]]
     streamvid demo [--model M] [--video V] [--host 127.0.0.1] [--port 7860] [--auth USER:PASS]
     streamvid score EPISODES.jsonl... [--model M] [--out DIR] [--mode native|replay] [--resume] [--from-trace TRACE]
                     [--memory-top-k K] [--no-plots] [--ray [ADDRESS]] [--ray-workers N] [--judge MODEL]
@@ -15,7 +15,8 @@
 "evidence_t_s", "text"} when a trigger fires, {"type": "say", "t_s", "text"} with --narrate, then
 {"type": "stats"}. On a file without --realtime every frame is ingested as fast as possible, a question at T is
 answered from exactly the frames up to T, and triggers are probed after every chunk: the output is reproducible.
-Errors go to stderr as one line, with a non-zero exit code.
+Errors go to stderr as one line, with a non-zero exit code; `--debug` adds the traceback. Ctrl-C (or SIGTERM) on a
+run stops it cleanly: the final stats line is still printed (with "interrupted": true), the session saved, exit 130.
 """
 
 from __future__ import annotations
@@ -24,8 +25,11 @@ import argparse
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 import time
+import traceback
 from pathlib import Path
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
@@ -50,14 +54,22 @@ def _watch(spec: str) -> tuple[float, str]:
         raise argparse.ArgumentTypeError(f"expected T:CONDITION with T in seconds >= 0, got {spec!r}") from None
 
 
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return value
+
+
 def _print(obj: dict) -> None:
     print(json.dumps(obj), flush=True)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from streamvid.assistant import StreamingAssistant
     from streamvid.config import EngineConfig
-    from streamvid.sources import open_source
 
     cfg = EngineConfig(model=args.model, device=args.device, fps=args.fps, window_tokens=args.window_tokens,
                        memory_top_k=args.memory_top_k, max_new_tokens=args.max_new_tokens, frame_px=args.frame_px,
@@ -66,24 +78,70 @@ def cmd_run(args: argparse.Namespace) -> int:
     asks = sorted(args.ask, key=lambda a: a[0])
     watches = sorted(args.watch, key=lambda a: a[0])
     t0 = time.perf_counter()
-    with StreamingAssistant(cfg) as sa:
-        # opened once the model is loaded: a live source starts its clock when opened
-        source = open_source(args.video, fps=cfg.fps, realtime=args.realtime, size=cfg.frame_px)
-        if not source.live:
-            for out in sa.run_simulated(source, asks, watches_at=watches):
-                _print(out.to_json())
-        else:
-            _run_live(sa, source, asks, watches)
-        _print({"type": "stats", **sa.stats(), "wall_s": round(time.perf_counter() - t0, 2)})
-    return 0
+    from streamvid import session_store
+
+    lock = session_store.SessionLock(args.session) if args.session else None
+    try:
+        return _run(args, cfg, asks, watches, t0)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _run(args: argparse.Namespace, cfg, asks: list[tuple[float, str]], watches: list[tuple[float, str]],
+         t0: float) -> int:
+    """One `streamvid run`: a fresh or resumed session; outputs, then (Ctrl-C or not) the final stats line, and the
+    session saved when --session is given. 130 after Ctrl-C, else 0."""
+    from streamvid import session_store
+    from streamvid.assistant import StreamingAssistant
+    from streamvid.sources import open_source
+
+    resumed = args.session is not None and session_store.has_session(args.session)
+    sa = StreamingAssistant.resume(args.session, cfg) if resumed else StreamingAssistant(cfg)
+    autosaver = None
+    interrupted = False
+    saved = None
+    try:
+        if resumed:
+            _print({"type": "status", "event": "session_resumed", "t_s": round(sa.stream_offset_s, 3),
+                    "session": str(args.session), "blocks_in_memory": len(sa.memory) if sa.memory else 0})
+        if args.session is not None and args.autosave_s:
+            autosaver = session_store.Autosaver(lambda: sa.save(args.session), args.autosave_s)
+        try:
+            # opened once the model is loaded: a live source starts its clock when opened
+            source = open_source(args.video, fps=cfg.fps, realtime=args.realtime, size=cfg.frame_px)
+            if not source.live:
+                for out in sa.run_simulated(source, asks, watches_at=watches):
+                    _print(out.to_json())
+            else:
+                _run_live(sa, source, asks, watches)
+        except KeyboardInterrupt:
+            interrupted = True
+    finally:
+        if autosaver is not None:
+            autosaver.stop()
+        changed = sa.ingest.frames_in > 0 or sa.reasoning.answered > 0
+        saved = sa.stop(save_to=args.session if args.session is not None and changed else None)
+    stats = {"type": "stats", **sa.stats(), "wall_s": round(time.perf_counter() - t0, 2)}
+    if args.session is not None:
+        stats["session_saved"] = saved
+        stats["autosaves"] = autosaver.saves if autosaver is not None else 0
+    if interrupted:
+        stats["interrupted"] = True
+    _print(stats)
+    if interrupted:
+        where = f"; session saved in {args.session}" if saved else ""
+        print(f"streamvid run: interrupted{where}", file=sys.stderr)
+    return 130 if interrupted else 0
 
 
 def _run_live(sa, source, asks: list[tuple[float, str]], watches: list[tuple[float, str]] = ()) -> None:
     """Threads on; each question is asked (each watch started) once the stream reaches its time; answers, alerts
     and remarks print as they come. A live stream runs until it ends or is interrupted."""
     sa.start(source)
-    pending = list(asks)
-    pending_watches = list(watches)
+    off = sa.stream_offset_s  # T is the input's own time; the session's clock may have started earlier
+    pending = [(off + t, text) for t, text in asks]
+    pending_watches = [(off + t, text) for t, text in watches]
     open_ids: set[str] = set()
     while pending or pending_watches or open_ids or not sa.ingest_done.is_set():
         while pending_watches and (sa.ingest.latest_t_s >= pending_watches[0][0] or sa.ingest_done.is_set()):
@@ -96,7 +154,7 @@ def _run_live(sa, source, asks: list[tuple[float, str]], watches: list[tuple[flo
         for out in sa.outputs(timeout_s=0.2):
             if out.kind == "answer":
                 open_ids.discard(out.id)
-            if out.kind in ("answer", "alert", "say"):
+            if out.kind in ("answer", "alert", "say", "status"):
                 _print(out.to_json())
 
 
@@ -211,6 +269,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
     r.add_argument("--frame-px", type=int, default=None, help="resize frames to N x N first")
     r.add_argument("--device", default=d.device)
+    r.add_argument("--session", type=Path, default=None, metavar="DIR",
+                   help="resume the session saved in DIR (if any) and save it there on exit")
+    r.add_argument("--autosave-s", type=_positive, default=None, metavar="S",
+                   help="with --session: also save every S seconds (a crash loses at most S seconds)")
     r.set_defaults(func=cmd_run)
 
     dm = sub.add_parser("demo", help="the web assistant: webcam, demo clips, uploads, URLs; chat, alerts, API")
@@ -284,15 +346,34 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    """Errors a user can fix are one line on stderr (exit 2), anything else one line naming the error (exit 1);
+    `--debug` anywhere on the line (or STREAMVID_DEBUG=1) adds the traceback. Ctrl-C or SIGTERM: exit 130."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv or os.environ.get("STREAMVID_DEBUG") == "1"
+    argv = [a for a in argv if a != "--debug"]
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop: the same clean end as Ctrl-C
     try:
         return args.func(args)
-    except (ValueError, OSError, RuntimeError) as e:
-        print(f"streamvid {args.command}: error: {e}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
+        print(f"streamvid {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # noqa: BLE001 - the one place that turns errors into a line for people
+        if debug:
+            traceback.print_exc()
+        user_error = isinstance(e, (ValueError, OSError, RuntimeError))
+        what = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        hint = "" if user_error or debug else " (an internal error: run again with --debug for the traceback)"
+        kind = "error" if user_error else f"error: {type(e).__name__}"
+        print(f"streamvid {args.command}: {kind}: {what}{hint}", file=sys.stderr)
+        return 2 if user_error else 1
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":

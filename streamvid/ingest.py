@@ -3,11 +3,18 @@
 Thread contract: only the ingest thread calls `step`, `push` and `flush` (or the caller's thread in
 `StreamingAssistant.run_simulated`, where no ingest thread runs). `latest_t_s` and `stats()` may be read from
 any thread (plain attribute reads). `on_block`, set before the thread starts, is called on the ingest thread
-after each new block is in the window (the assistant uses it to wake the reasoning thread).
+after each new block is in the window (the assistant uses it to wake the reasoning thread). `lock` is held while
+a new block enters the window and evicted blocks enter memory, so a session snapshot (session_store.save) taken
+under it sees every block exactly once.
+
+Stream time: frames keep their source's time plus `t_offset_s`, the session time at which this input started
+(0 for a fresh session; where the previous run ended for a resumed one).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 import time
 from collections.abc import Callable
 
@@ -33,6 +40,8 @@ class IngestWorker:
         self.on_block: Callable[[], None] | None = None
         self._pending: list[Frame] = []
         self._next_id = 0
+        self.lock = threading.Lock()
+        self.t_offset_s = 0.0
         self.latest_t_s = 0.0
         self.frames_in = 0
         self.blocks_encoded = 0
@@ -51,6 +60,8 @@ class IngestWorker:
         return True
 
     def push(self, frame: Frame) -> None:
+        if self.t_offset_s:
+            frame = dataclasses.replace(frame, t_s=frame.t_s + self.t_offset_s)
         self._pending.append(frame)
         self.frames_in += 1
         self.latest_t_s = frame.t_s
@@ -72,20 +83,31 @@ class IngestWorker:
             enc = self.adapter.encode_chunk(images, past, seconds_per_chunk, t_start_s=frames[0].t_s)
         else:
             enc = self.adapter.encode_chunk(images, past, seconds_per_chunk=seconds_per_chunk)
-        block = Block(id=self._next_id, t_start_s=frames[0].t_s, t_end_s=frames[-1].t_s + 1.0 / self.config.fps,
-                      keys=enc.keys, values=enc.values, pos_start=snap.next_pos, pos_span=enc.pos_span,
-                      vector=enc.vector)
-        self._next_id += 1
-        for old in self.window.append(block):
-            if self.memory is not None:
-                self.memory.add(_to_host(old))
-        snap = self.window.snapshot()
-        if snap.next_pos > self.config.rebase_after_pos and snap.blocks[0].pos_start > snap.sinks.pos_span:
-            self.window.rebase(self.adapter.positions.move)
+        with self.lock:
+            block = Block(id=self._next_id, t_start_s=frames[0].t_s, t_end_s=frames[-1].t_s + 1.0 / self.config.fps,
+                          keys=enc.keys, values=enc.values, pos_start=snap.next_pos, pos_span=enc.pos_span,
+                          vector=enc.vector)
+            self._next_id += 1
+            for old in self.window.append(block):
+                if self.memory is not None:
+                    self.memory.add(_to_host(old))
+            snap = self.window.snapshot()
+            if snap.next_pos > self.config.rebase_after_pos and snap.blocks[0].pos_start > snap.sinks.pos_span:
+                self.window.rebase(self.adapter.positions.move)
         self.blocks_encoded += 1
         self.encode_s += time.perf_counter() - t0
         if self.on_block is not None:
             self.on_block()
+
+    @property
+    def next_block_id(self) -> int:
+        return self._next_id
+
+    def resume_at(self, t_offset_s: float, next_block_id: int) -> None:
+        """Continue a saved session: stream time from `t_offset_s`, block ids from `next_block_id`. Before any
+        frame is pushed."""
+        self.t_offset_s = self.latest_t_s = t_offset_s
+        self._next_id = next_block_id
 
     def stats(self) -> dict:
         dropped = self.source.dropped if self.source is not None else 0

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import shutil
 import tempfile
 import threading
 from dataclasses import dataclass
@@ -112,6 +113,60 @@ class LongTermMemory:
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
+
+    # -- session snapshots (streamvid.session_store) ------------------------------------------------------
+    def snapshot(self, out_dir: str | Path) -> None:
+        """Write every stored block into the existing folder `out_dir` as block_<id>.safetensors (blocks in RAM
+        through the block writer, spilled blocks copied as they are), the FAISS index as index.faiss
+        (faiss.write_index, never pickle) and memory.json (dim, dropped count, block ids and times in time order).
+        Holds the lock throughout, so the files are one consistent cut; fsync is the caller's."""
+        out_dir = Path(out_dir)
+        with self._lock:
+            entries = []
+            for _, block_id in self._starts:
+                name = f"block_{block_id:09d}.safetensors"
+                if block_id in self._ram:
+                    _write_block(self._ram[block_id], out_dir / name)
+                else:
+                    shutil.copyfile(self._disk[block_id][0], out_dir / name)
+                start, end = self._meta[block_id]
+                entries.append({"id": block_id, "file": name, "t_start_s": start, "t_end_s": end})
+            faiss.write_index(self._index, str(out_dir / "index.faiss"))
+            meta = {"dim": self.dim, "dropped": self._dropped, "blocks": entries}
+        (out_dir / "memory.json").write_text(json.dumps(meta))
+
+    @classmethod
+    def restore(cls, in_dir: str | Path, ram_mb: float = 512.0, disk_mb: float = 4096.0,
+                disk_dir: str | Path | None = None) -> LongTermMemory:
+        """A memory holding the blocks and the index `snapshot` wrote into `in_dir`, under this memory's caps
+        (the oldest blocks spill, and beyond `disk_mb` are dropped, as if added in time order). Raises
+        ValueError when the files do not agree with each other."""
+        in_dir = Path(in_dir)
+        meta = json.loads((in_dir / "memory.json").read_text())
+        index = faiss.read_index(str(in_dir / "index.faiss"))
+        ids = [e["id"] for e in meta["blocks"]]
+        if not isinstance(index, faiss.IndexIDMap2):
+            raise ValueError(f"index.faiss holds a {type(index).__name__}, expected an IndexIDMap2")
+        if index.d != meta["dim"] or sorted(faiss.vector_to_array(index.id_map).tolist()) != sorted(ids):
+            raise ValueError(f"memory index ({index.ntotal} vectors of dim {index.d}) does not match its "
+                             f"{len(ids)} blocks of dim {meta['dim']}")
+        mem = cls(meta["dim"], ram_mb, disk_mb, disk_dir)
+        with mem._lock:
+            mem._index = index
+            mem._dropped = meta["dropped"]
+            for e in meta["blocks"]:
+                block = _read_block(in_dir / e["file"])
+                if block.id != e["id"]:
+                    raise ValueError(f"{e['file']} holds block {block.id}, expected {e['id']}")
+                mem._ram[block.id] = block
+                mem._meta[block.id] = (e["t_start_s"], e["t_end_s"])
+                bisect.insort(mem._starts, (e["t_start_s"], block.id))
+                mem._ram_used += block.nbytes
+                while mem._ram_used > mem.ram_bytes and mem._ram:
+                    mem._spill(next(iter(mem._ram)))
+                while mem._disk_used > mem.disk_bytes and mem._disk:
+                    mem._drop(next(iter(mem._disk)))
+        return mem
 
     # -- with _lock held ---------------------------------------------------------------------------------
     def _spill(self, block_id: int) -> None:

@@ -139,6 +139,7 @@ class ReasoningWorker:
         self.outputs = outputs
         self.stop = stop
         self.dialogue: deque[tuple[str, str]] = deque(maxlen=config.dialogue_turns or None)
+        self.t_offset_s = 0.0  # session time at which this run's input started (answers also give input_t_s)
         self.answered = 0
         self.triggers = TriggerSet()
         self.wake = threading.Event()  # there may be work: a question was asked, a trigger added, a block arrived
@@ -182,7 +183,8 @@ class ReasoningWorker:
         self.triggers.add(Trigger(q.id, request.condition, request.probe, rule, once=not request.repeat,
                                   created_t_s=q.t_s))
         ack = Output("answer", q.id, acknowledgement(request), {
-            "question": q.text, "t_s": round(q.t_s, 3), "ttft_ms": None, "tokens": 0, "tokens_per_s": None,
+            "question": q.text, "t_s": round(q.t_s, 3), "input_t_s": round(q.t_s - self.t_offset_s, 3),
+            "ttft_ms": None, "tokens": 0, "tokens_per_s": None,
             "evidence_t_s": [], "retrieved_blocks": [], "trigger_id": q.id})
         self.answered += 1
         if emit is not None:
@@ -305,6 +307,7 @@ class ReasoningWorker:
         answer = Output("answer", q.id, text, {
             "question": q.text,
             "t_s": round(q.t_s, 3),
+            "input_t_s": round(q.t_s - self.t_offset_s, 3),
             "ttft_ms": round(1000 * ttft, 1) if ttft is not None else None,
             "tokens": len(pieces),
             "tokens_per_s": round((len(pieces) - 1) / decode_s, 1) if len(pieces) > 1 and decode_s > 0 else None,

@@ -1,0 +1,363 @@
+"""Session snapshots on disk: what a StreamingAssistant has seen survives a restart.
+
+    sa.save("sessions/lab")                                    # or StreamingAssistant.save
+    sa = StreamingAssistant.resume("sessions/lab")             # same model, same stream clock, same memories
+
+A session directory holds one complete snapshot at a time:
+
+    DIR/session.json           pointer: format, format_version, the current snapshot folder, sha256 of its meta
+    DIR/snap-000042/meta.json  format version, model identity, config, stream clock, dialogue, window block list,
+                               size and sha256 of every other file in the folder
+    DIR/snap-000042/window.safetensors   the sink tokens and the window's blocks, exact KV + retrieval vectors
+    DIR/snap-000042/memory/    long-term memory (LongTermMemory.snapshot): one safetensors file per block,
+                               index.faiss (faiss.write_index) and memory.json
+    DIR/.lock                  held (flock) by the process using the session
+
+Saving is atomic: a new snapshot is written into a temporary folder, every file and folder is fsynced, the folder
+is renamed to its final name, and only then the pointer is replaced (temp file, fsync, rename, fsync of DIR).
+A crash at any point leaves the pointer on the previous complete snapshot; folders it does not name are removed
+by the next save. Nothing is pickled: tensors are safetensors, the index is FAISS's own format, the rest JSON.
+
+Loading checks the pointer, the format version, every file's size and sha256, and the model identity
+(model_type, sha256 of config.json, and a fingerprint of the weight files: name, size, first and last MiB), so
+a snapshot of another model, another format version or a damaged file is refused with one line that says what
+to do, before any tensor is used.
+
+Thread contract: `save` may run on any thread while the session's workers run: it holds the ingest worker's
+`lock` (so no block moves from the window to memory meanwhile), the window lock for a snapshot, and the memory
+lock while memory is written; the assistant serialises saves. `Autosaver` is one daemon thread
+("streamvid-autosave") that saves every `every_s` seconds until `stop`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+
+from streamvid.config import EngineConfig
+from streamvid.kv_window import Block
+
+if TYPE_CHECKING:
+    from streamvid.assistant import StreamingAssistant
+
+log = logging.getLogger(__name__)
+
+FORMAT = "streamvid-session"
+FORMAT_VERSION = 1
+POINTER = "session.json"
+META = "meta.json"
+WINDOW = "window.safetensors"
+MEMORY = "memory"
+_FINGERPRINT_BYTES = 2**20  # of each weight file: the first and the last MiB
+
+
+class SnapshotError(ValueError):
+    """A session directory that cannot be resumed; the message says why and what to do."""
+
+
+def model_identity(model: str) -> dict:
+    """What makes two checkpoints the same model for a snapshot: model_type, sha256 of config.json and, for a
+    local directory, a fingerprint of its weight files (name, size, first and last MiB of each)."""
+    from streamvid.adapters.base import read_config
+
+    config = read_config(model)
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+    weights = None
+    folder = Path(model)
+    if folder.is_dir():
+        h = hashlib.sha256()
+        for path in sorted([*folder.glob("*.safetensors"), *folder.glob("*.bin")]):
+            size = path.stat().st_size
+            h.update(f"{path.name}:{size}:".encode())
+            with path.open("rb") as f:
+                h.update(f.read(_FINGERPRINT_BYTES))
+                f.seek(max(size - _FINGERPRINT_BYTES, 0))
+                h.update(f.read(_FINGERPRINT_BYTES))
+        weights = h.hexdigest()
+    return {"model": model, "model_type": config.get("model_type"), "config_sha256": digest,
+            "weights_fingerprint": weights}
+
+
+def has_session(directory: str | Path) -> bool:
+    return (Path(directory) / POINTER).is_file()
+
+
+# ---- saving ----------------------------------------------------------------------------------------------------
+def save(sa: StreamingAssistant, directory: str | Path) -> dict:
+    """Write a new snapshot of `sa` into `directory` (created if missing) and make it the current one.
+    Returns {"path", "bytes", "blocks_in_window", "blocks_in_memory", "stream_t_s", "seconds"}."""
+    t0 = time.perf_counter()
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    current = _read_pointer(directory, missing_ok=True)
+    _remove_others(directory, current["snapshot"] if current else None)  # left by a save that never finished
+    seq = int(current["snapshot"].removeprefix("snap-")) + 1 if current else 0
+    tmp = directory / f".tmp-snap-{seq:06d}-{os.getpid()}"
+    tmp.mkdir()
+    with sa.ingest.lock:  # one cut: no block moves between window and memory while both are written
+        snap = sa.window.snapshot()
+        stream_t_s = sa.stream_t_s
+        next_block_id = sa.ingest.next_block_id
+        if sa.memory is not None:
+            (tmp / MEMORY).mkdir()
+            sa.memory.snapshot(tmp / MEMORY)
+    _write_window(snap.sinks, snap.blocks, tmp / WINDOW)
+    files = {}
+    for path in sorted(p for p in tmp.rglob("*") if p.is_file()):
+        files[str(path.relative_to(tmp))] = {"bytes": path.stat().st_size, "sha256": _sha256(path, fsync=True)}
+    meta = {
+        "format": FORMAT, "format_version": FORMAT_VERSION,
+        "model": model_identity(sa.config.model),
+        "kv": {"dtype": str(snap.sinks.keys[0].dtype).removeprefix("torch."), "layers": len(snap.sinks.keys),
+               "kv_heads": int(snap.sinks.keys[0].shape[1]), "head_dim": int(snap.sinks.keys[0].shape[3])},
+        "config": dataclasses.asdict(sa.config),
+        "stream_t_s": stream_t_s,
+        "next_block_id": next_block_id,
+        "dialogue": [list(turn) for turn in sa.reasoning.dialogue.copy()],
+        "window_blocks": [b.id for b in snap.blocks],
+        "memory": sa.memory is not None,
+        "saved_unix_s": time.time(),
+        "files": files,
+    }
+    _write_synced(tmp / META, json.dumps(meta, indent=1).encode())
+    for folder in sorted({p.parent for p in tmp.rglob("*")} | {tmp}, key=lambda p: len(p.parts), reverse=True):
+        _fsync_dir(folder)
+    name = f"snap-{seq:06d}"
+    os.rename(tmp, directory / name)
+    _fsync_dir(directory)
+    pointer = {"format": FORMAT, "format_version": FORMAT_VERSION, "snapshot": name,
+               "meta_sha256": _sha256(directory / name / META)}
+    _write_synced(directory / (POINTER + ".tmp"), json.dumps(pointer, indent=1).encode())
+    os.replace(directory / (POINTER + ".tmp"), directory / POINTER)
+    _fsync_dir(directory)
+    _remove_others(directory, name)
+    return {"path": str(directory), "bytes": sum(f["bytes"] for f in files.values()),
+            "blocks_in_window": len(snap.blocks), "blocks_in_memory": len(sa.memory) if sa.memory else 0,
+            "stream_t_s": round(stream_t_s, 3), "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def _remove_others(directory: Path, keep: str | None) -> None:
+    """Remove snapshot folders other than `keep`: earlier snapshots and folders of saves that never finished."""
+    for old in directory.iterdir():
+        if old.is_dir() and old.name != keep and (old.name.startswith("snap-") or old.name.startswith(".tmp-snap-")):
+            shutil.rmtree(old)
+
+
+def _write_window(sinks: Block, blocks: tuple[Block, ...], path: Path) -> None:
+    tensors, entries = {}, []
+    for j, b in enumerate((sinks, *blocks)):
+        for i, (k, v) in enumerate(zip(b.keys, b.values, strict=True)):
+            tensors[f"b{j}.k{i}"] = k.detach().cpu().contiguous()
+            tensors[f"b{j}.v{i}"] = v.detach().cpu().contiguous()
+        if b.vector is not None:
+            tensors[f"b{j}.vector"] = torch.from_numpy(b.vector.copy())
+        entries.append({"id": b.id, "t_start_s": b.t_start_s, "t_end_s": b.t_end_s, "pos_start": b.pos_start,
+                        "pos_span": b.pos_span, "layers": len(b.keys)})
+    save_file(tensors, str(path), metadata={"blocks": json.dumps(entries)})
+
+
+# ---- loading ---------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Snapshot:
+    """A checked snapshot: its folder, meta.json, and the exact sink and window blocks (on the CPU)."""
+
+    path: Path
+    meta: dict
+    sinks: Block
+    blocks: tuple[Block, ...]
+
+    @property
+    def memory_dir(self) -> Path | None:
+        return self.path / MEMORY if self.meta["memory"] else None
+
+
+def read_meta(directory: str | Path) -> dict:
+    """meta.json of the current snapshot, after checking the format version and every file's checksum."""
+    directory = Path(directory)
+    pointer = _read_pointer(directory)
+    folder = directory / pointer["snapshot"]
+    meta_path = folder / META
+    if not meta_path.is_file() or _sha256(meta_path) != pointer.get("meta_sha256"):
+        raise _damaged(directory, f"{pointer['snapshot']}/{META} is missing or does not match session.json")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise _damaged(directory, f"{META} is not JSON ({e})") from None
+    _check_version(directory, meta)
+    for name, want in meta["files"].items():
+        path = folder / name
+        if not path.is_file():
+            raise _damaged(directory, f"{name} is missing")
+        if path.stat().st_size != want["bytes"] or _sha256(path) != want["sha256"]:
+            raise _damaged(directory, f"{name} does not match its checksum")
+    return meta
+
+
+def check_model(directory: str | Path, meta: dict, model: str) -> None:
+    """Refuse a snapshot taken with another model (by identity, not by path)."""
+    saved, now = meta["model"], model_identity(model)
+    keys = ("model_type", "config_sha256", "weights_fingerprint")
+    if any(saved[k] != now[k] for k in keys):
+        raise SnapshotError(f"session {directory} was saved with model {saved['model']} ({saved['model_type']}), "
+                            f"not {model} ({now['model_type']}): pass --model {saved['model']} or use another "
+                            f"--session folder")
+
+
+def load(directory: str | Path, model: str | None = None, meta: dict | None = None) -> Snapshot:
+    """The current snapshot of `directory`, checked (format, checksums, and the model when given). `meta`: what
+    `read_meta` returned just before (its checks are not repeated)."""
+    directory = Path(directory)
+    meta = meta or read_meta(directory)
+    if model is not None:
+        check_model(directory, meta, model)
+    folder = directory / _read_pointer(directory)["snapshot"]
+    try:
+        blocks = _read_window(folder / WINDOW)
+    except (SafetensorError, KeyError, ValueError, OSError) as e:
+        raise _damaged(directory, f"{WINDOW} cannot be read ({e})") from None
+    if [b.id for b in blocks[1:]] != meta["window_blocks"]:
+        raise _damaged(directory, f"{WINDOW} does not hold the blocks {META} lists")
+    return Snapshot(folder, meta, blocks[0], tuple(blocks[1:]))
+
+
+def _read_window(path: Path) -> list[Block]:
+    with safe_open(str(path), framework="pt") as f:
+        entries = json.loads(f.metadata()["blocks"])
+        names = set(f.keys())
+        blocks = []
+        for j, e in enumerate(entries):
+            n = e["layers"]
+            keys = tuple(f.get_tensor(f"b{j}.k{i}") for i in range(n))
+            values = tuple(f.get_tensor(f"b{j}.v{i}") for i in range(n))
+            vector = f.get_tensor(f"b{j}.vector").numpy() if f"b{j}.vector" in names else None
+            blocks.append(Block(id=e["id"], t_start_s=e["t_start_s"], t_end_s=e["t_end_s"], keys=keys,
+                                values=values, pos_start=e["pos_start"], pos_span=e["pos_span"], vector=vector))
+    return blocks
+
+
+def config_from(meta: dict, **changes) -> EngineConfig:
+    """The EngineConfig a snapshot was saved with (fields this version does not know are ignored)."""
+    known = {f.name for f in dataclasses.fields(EngineConfig)}
+    return EngineConfig(**{k: v for k, v in meta["config"].items() if k in known}).replace(**changes)
+
+
+def _check_version(directory: Path, doc: dict) -> None:
+    if doc.get("format") != FORMAT:
+        raise _damaged(directory, f"not a {FORMAT} file")
+    if doc.get("format_version") != FORMAT_VERSION:
+        raise SnapshotError(f"session {directory} has format version {doc.get('format_version')}; this streamvid "
+                            f"reads version {FORMAT_VERSION}: use the streamvid that wrote it, or another "
+                            f"--session folder")
+
+
+def _read_pointer(directory: Path, missing_ok: bool = False) -> dict | None:
+    path = directory / POINTER
+    if not path.is_file():
+        if missing_ok:
+            return None
+        raise SnapshotError(f"no session in {directory} ({POINTER} not found)")
+    try:
+        pointer = json.loads(path.read_text())
+        str(pointer["snapshot"]).removeprefix("snap-")
+    except (ValueError, UnicodeDecodeError, KeyError, TypeError) as e:
+        raise _damaged(directory, f"{POINTER} is not a session pointer ({e})") from None
+    _check_version(directory, pointer)
+    name = pointer["snapshot"]
+    if not (isinstance(name, str) and name.startswith("snap-") and name[5:].isdigit()):
+        raise _damaged(directory, f"{POINTER} names no snapshot folder")
+    return pointer
+
+
+def _damaged(directory: Path, why: str) -> SnapshotError:
+    return SnapshotError(f"session {directory} is damaged: {why}; remove the folder to start a new session, or "
+                         f"use another --session folder")
+
+
+# ---- files -----------------------------------------------------------------------------------------------------
+def _sha256(path: Path, fsync: bool = False) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(2**20):
+            h.update(chunk)
+        if fsync:
+            os.fsync(f.fileno())
+    return h.hexdigest()
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    with path.open("wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class SessionLock:
+    """An exclusive lock on a session directory for as long as one process uses it (flock on DIR/.lock; the
+    kernel releases it when the process dies, so a killed run never leaves it stuck)."""
+
+    def __init__(self, directory: str | Path):
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._fd = os.open(self.directory / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self._fd)
+            raise SnapshotError(f"session {self.directory} is in use by another streamvid process: wait for it to "
+                                f"end or use another --session folder") from None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class Autosaver:
+    """Calls `save()` every `every_s` seconds on a daemon thread "streamvid-autosave" until `stop()`. A failed
+    save is logged and reported by `stop()` (the previous snapshot stays); the next period tries again."""
+
+    def __init__(self, save_fn: Callable[[], dict], every_s: float):
+        if not every_s > 0:
+            raise ValueError(f"autosave period must be > 0 seconds, got {every_s}")
+        self._save, self.every_s = save_fn, every_s
+        self._stop = threading.Event()
+        self.saves = 0
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="streamvid-autosave", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                self._save()
+                self.saves += 1
+            except Exception as e:  # noqa: BLE001 - kept for stop(); a later period tries again
+                log.warning("autosave failed: %s", e)
+                self.error = e
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout=timeout_s)

@@ -1,0 +1,80 @@
+"""`streamvid run --session DIR`: a second run on another video answers about the first one; Ctrl-C still prints
+the final stats line and saves; a damaged session is one clear line."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from test_cli import run, world_mp4
+
+
+def _lines(p: subprocess.CompletedProcess) -> list[dict]:
+    return [json.loads(line) for line in p.stdout.splitlines()]
+
+
+def _muted_mp4() -> Path:
+    return world_mp4().parent / "muted_b.mp4"
+
+
+def test_a_second_run_answers_about_the_first_video(tiny_model_dir, tmp_path):
+    session = tmp_path / "s"
+    common = ("--model", str(tiny_model_dir), "--fps", "1", "--max-new-tokens", "4", "--window-tokens", "60",
+              "--session", str(session))
+    first = run("run", str(world_mp4()), *common)
+    assert first.returncode == 0, first.stderr
+    stats = _lines(first)[-1]
+    assert stats["type"] == "stats" and stats["session_saved"]["blocks_in_memory"] > 0
+    end_s = stats["session_saved"]["stream_t_s"]
+    assert 29.0 <= end_s <= 32.0
+
+    second = run("run", str(_muted_mp4()), *common, "--ask", "0:What was on screen at 00:02?",
+                 "--ask", "3:What is on screen?")
+    assert second.returncode == 0, second.stderr
+    lines = _lines(second)
+    assert lines[0] == {"type": "status", "event": "session_resumed", "t_s": end_s, "session": str(session),
+                        "blocks_in_memory": lines[0]["blocks_in_memory"]}
+    back, now = [x for x in lines if x["type"] == "answer"]
+    assert (back["input_t_s"], back["t_s"]) == (0.0, end_s) and (now["input_t_s"], now["t_s"]) == (3.0, end_s + 3)
+    assert back["retrieved_blocks"] and all(b <= 6.0 for _, b in back["evidence_t_s"]), \
+        "answered from the first video's blocks at 00:02"
+    assert all(a >= end_s for a, _ in now["evidence_t_s"]) or now["retrieved_blocks"]
+    assert lines[-1]["session_saved"]["stream_t_s"] > end_s + 4
+
+
+def test_damaged_session_is_one_line_and_debug_shows_the_traceback(tiny_model_dir, tmp_path):
+    session = tmp_path / "s"
+    session.mkdir()
+    (session / "session.json").write_text("garbage")
+    p = run("run", str(world_mp4()), "--model", str(tiny_model_dir), "--session", str(session))
+    assert p.returncode == 2 and p.stdout == ""
+    assert p.stderr.count("\n") == 1 and "is damaged" in p.stderr and "Traceback" not in p.stderr
+    p = run("run", str(world_mp4()), "--model", str(tiny_model_dir), "--session", str(session), "--debug")
+    assert p.returncode == 2 and "Traceback" in p.stderr and "is damaged" in p.stderr.splitlines()[-1]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupting_a_live_run_prints_the_stats_line_and_saves(tiny_model_dir, tmp_path, sig):
+    session = tmp_path / "s"
+    p = subprocess.Popen([sys.executable, "-m", "streamvid.cli", "run", str(world_mp4()), "--realtime",
+                          "--model", str(tiny_model_dir), "--fps", "2", "--max-new-tokens", "2",
+                          "--window-tokens", "60",                          "--ask", "1:What is on screen?", "--session", str(session)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        first = json.loads(p.stdout.readline() or "null")
+        assert first is not None and first["type"] == "answer", p.stderr.read()
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    stats = json.loads(out.splitlines()[-1])
+    assert p.returncode == 130 and err.strip().splitlines()[-1] == f"streamvid run: interrupted; session saved in {session}"
+    assert stats["type"] == "stats" and stats["interrupted"] is True and 0 < stats["frames_in"] < 60
+    assert stats["session_saved"]["stream_t_s"] > 1.0
+    assert (session / "session.json").is_file()

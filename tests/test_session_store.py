@@ -1,0 +1,239 @@
+"""Sessions that survive a restart: save / resume equal an uninterrupted run; a kill -9 in the middle of a save
+leaves the previous snapshot loadable; damaged or foreign snapshots are refused with one clear line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from streamvid import session_store
+from streamvid.assistant import StreamingAssistant
+from streamvid.config import EngineConfig
+from streamvid.session_store import SnapshotError
+from streamvid.sources import SyntheticSource
+
+FPS = 2.0
+N1, N2 = 24, 10  # frames before and after the restart
+
+
+def _cfg(model) -> EngineConfig:
+    return EngineConfig(model=str(model), window_tokens=40, max_new_tokens=4, fps=FPS)
+
+
+@pytest.fixture(scope="module")
+def frames():
+    rng = np.random.default_rng(3)
+    return [rng.integers(0, 256, (56, 56, 3), dtype=np.uint8) for _ in range(N1 + N2)]
+
+
+def _source(frames, start: int, n: int) -> SyntheticSource:
+    return SyntheticSource(lambda i, t: frames[start + i], fps=FPS, n_frames=n)
+
+
+BEFORE = [(3.5, "What colour is the circle?")]  # on a chunk boundary, as the end of an input is
+AFTER = [(0.0, "What was on screen at 00:02?"), (2.5, "How many shapes are there?")]
+
+
+@pytest.fixture(scope="module")
+def saved(tiny_model_dir, adapter, frames, tmp_path_factory):
+    """A session that watched the first N1 frames and answered BEFORE, saved; and its assistant."""
+    directory = tmp_path_factory.mktemp("session") / "s"
+    sa = StreamingAssistant(_cfg(tiny_model_dir), adapter=adapter)
+    before = sa.run_simulated(_source(frames, 0, N1), BEFORE)
+    summary = sa.save(directory)
+    return directory, sa, before, summary
+
+
+def test_resumed_session_answers_like_one_that_never_stopped(tiny_model_dir, adapter, frames, saved):
+    directory, _, before, summary = saved
+    assert summary["stream_t_s"] == N1 / FPS and summary["blocks_in_memory"] > 0
+    resumed = StreamingAssistant.resume(directory, adapter=adapter)
+    assert resumed.stream_offset_s == N1 / FPS
+    after = resumed.run_simulated(_source(frames, N1, N2), AFTER)
+    # the reference: one session over all the frames, the same questions at the same session times
+    ref_sa = StreamingAssistant(_cfg(tiny_model_dir), adapter=adapter)
+    ref = ref_sa.run_simulated(_source(frames, 0, N1 + N2), BEFORE + [(N1 / FPS + t, q) for t, q in AFTER])
+    assert [a.text for a in before] == [r.text for r in ref[:1]]
+    for got, want, (t_in, _) in zip(after, ref[1:], AFTER, strict=True):
+        assert got.text == want.text
+        assert got.data["t_s"] == want.data["t_s"] == N1 / FPS + t_in and got.data["input_t_s"] == t_in
+        assert got.data["evidence_t_s"] == want.data["evidence_t_s"]
+        assert got.data["retrieved_blocks"] == want.data["retrieved_blocks"]
+    assert after[0].data["retrieved_blocks"], "the 00:02 question is answered from blocks seen before the restart"
+    assert all(t1 <= 3.0 for t0, t1 in after[0].data["evidence_t_s"])
+    assert list(resumed.reasoning.dialogue) == list(ref_sa.reasoning.dialogue)
+    resumed.stop()
+    ref_sa.stop()
+
+
+def test_window_and_memory_blocks_come_back_exactly(adapter, saved):
+    directory, sa, _, _ = saved
+    resumed = StreamingAssistant.resume(directory, adapter=adapter)
+    a, b = sa.window.snapshot(), resumed.window.snapshot()
+    assert [x.id for x in a.blocks] == [x.id for x in b.blocks]
+    for x, y in zip((a.sinks, *a.blocks), (b.sinks, *b.blocks)):
+        assert (x.t_start_s, x.t_end_s, x.pos_start, x.pos_span) == (y.t_start_s, y.t_end_s, y.pos_start, y.pos_span)
+        assert all(torch.equal(p, q) for p, q in zip(x.keys + x.values, y.keys + y.values))
+    assert len(resumed.memory) == len(sa.memory) > 0
+    for block_id in sa.memory.ids_at(0.0, pad_s=1e9):
+        x, y = sa.memory.load(block_id), resumed.memory.load(block_id)
+        assert all(torch.equal(p, q) for p, q in zip(x.keys + x.values, y.keys + y.values))
+        assert np.array_equal(x.vector, y.vector)
+    probe = sa.window.snapshot().blocks[0].vector
+    assert resumed.memory.search(probe, 3) == sa.memory.search(probe, 3)
+    assert resumed.ingest.next_block_id == sa.ingest.next_block_id
+    resumed.stop()
+
+
+def _copy(directory: Path, tmp_path: Path) -> Path:
+    out = tmp_path / "copy"
+    shutil.copytree(directory, out)
+    return out
+
+
+def _current(directory: Path) -> Path:
+    return directory / json.loads((directory / "session.json").read_text())["snapshot"]
+
+
+@pytest.mark.parametrize("damage", ["flip_block_byte", "truncate_index", "drop_window", "garble_pointer",
+                                    "garble_meta"])
+def test_damaged_snapshot_is_refused_with_one_line(adapter, saved, tmp_path, damage):
+    directory = _copy(saved[0], tmp_path)
+    snap = _current(directory)
+    if damage == "flip_block_byte":
+        path = sorted((snap / "memory").glob("block_*.safetensors"))[0]
+        data = bytearray(path.read_bytes())
+        data[-3] ^= 0xFF
+        path.write_bytes(bytes(data))
+    elif damage == "truncate_index":
+        path = snap / "memory" / "index.faiss"
+        path.write_bytes(path.read_bytes()[:40])
+    elif damage == "drop_window":
+        (snap / "window.safetensors").unlink()
+    elif damage == "garble_pointer":
+        (directory / "session.json").write_text("{not json")
+    else:
+        (snap / "meta.json").write_text("{}")
+    with pytest.raises(SnapshotError) as e:
+        StreamingAssistant.resume(directory, adapter=adapter)
+    message = str(e.value)
+    assert "\n" not in message and "is damaged" in message and "remove the folder" in message
+
+
+def test_other_format_version_and_other_model_are_refused(tiny_model_dir, adapter, saved, tmp_path):
+    directory = _copy(saved[0], tmp_path)
+    pointer = json.loads((directory / "session.json").read_text())
+    (directory / "session.json").write_text(json.dumps({**pointer, "format_version": 99}))
+    with pytest.raises(SnapshotError, match="format version 99; this streamvid reads version 1"):
+        StreamingAssistant.resume(directory, adapter=adapter)
+    (directory / "session.json").write_text(json.dumps(pointer))
+    other = tmp_path / "other_model"
+    shutil.copytree(tiny_model_dir, other)
+    weights = other / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-5] ^= 0x01  # retrained weights: same config, same size
+    weights.write_bytes(bytes(data))
+    with pytest.raises(SnapshotError, match=r"was saved with model .* not .*other_model.*pass --model"):
+        StreamingAssistant.resume(directory, config=_cfg(other), adapter=adapter)
+    assert StreamingAssistant.resume(directory, adapter=adapter).stream_t_s == N1 / FPS
+
+
+def test_a_second_process_cannot_use_a_session_in_use(tmp_path):
+    lock = session_store.SessionLock(tmp_path / "s")
+    code = ("import sys; from streamvid.session_store import SessionLock\n"
+            "try:\n    SessionLock(sys.argv[1])\nexcept ValueError as e:\n    print(e)\n")
+    p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s")], capture_output=True, text=True, timeout=60)
+    assert "in use by another streamvid process" in p.stdout
+    lock.release()
+    session_store.SessionLock(tmp_path / "s").release()
+
+
+CHILD = textwrap.dedent('''
+    import json, sys, threading
+    import numpy as np
+    from streamvid import session_store
+    from streamvid.assistant import StreamingAssistant
+    from streamvid.config import EngineConfig
+    from streamvid.sources import SyntheticSource
+
+    model, directory, stage = sys.argv[1:4]
+    rng = np.random.default_rng(5)
+    frames = [rng.integers(0, 256, (56, 56, 3), dtype=np.uint8) for _ in range(400)]
+    sa = StreamingAssistant(EngineConfig(model=model, window_tokens=12, max_new_tokens=2, fps=2.0))
+    sa.run_simulated(SyntheticSource(lambda i, t: frames[i], 2.0, 20), [])
+    print(json.dumps(sa.save(directory)), flush=True)
+
+    def hang(label):
+        print("at " + label, flush=True)
+        threading.Event().wait()
+
+    if stage == "files":  # after the first files of the new snapshot are written and synced
+        real = session_store._sha256
+        calls = [0]
+        def sha(path, fsync=False):
+            calls[0] += 1
+            if calls[0] == 3:
+                hang("files")
+            return real(path, fsync)
+        session_store._sha256 = sha
+    elif stage == "rename":  # the new folder is complete, not yet named
+        session_store.os.rename = lambda a, b: hang("rename")
+    elif stage == "pointer":  # the new pointer is written to its temp file, not yet in place
+        session_store.os.replace = lambda a, b: hang("pointer")
+    n = 20
+    while True:
+        sa.run_simulated(SyntheticSource(lambda i, t: frames[n + i], 2.0, 6), [])
+        n += 6
+        print("saving " + json.dumps(sa.stream_t_s), flush=True)
+        print(json.dumps(sa.save(directory)), flush=True)
+''')
+
+
+@pytest.mark.parametrize("stage", ["files", "rename", "pointer", "any"])
+def test_kill_9_during_a_save_leaves_a_loadable_snapshot(tiny_model_dir, adapter, tmp_path, stage):
+    directory = tmp_path / "s"
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(tiny_model_dir), str(directory), stage],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        first = json.loads(child.stdout.readline() or "null")
+        assert first is not None, child.stderr.read()
+        done, saving = [first["stream_t_s"]], None
+        while True:
+            line = child.stdout.readline()
+            assert line, child.stderr.read()
+            if line.startswith("at "):
+                break
+            if line.startswith("saving "):
+                saving = round(json.loads(line.split(" ", 1)[1]), 3)
+            else:
+                done.append(json.loads(line)["stream_t_s"])
+            if stage == "any" and len(done) == 4:  # in the middle of the next save, wherever it is
+                break
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=30)
+    finally:
+        child.kill()
+        child.stdout.close()
+        child.stderr.close()
+    resumed = StreamingAssistant.resume(directory, adapter=adapter)
+    if stage == "any":
+        assert round(resumed.stream_t_s, 3) in {*done, saving}
+    else:
+        assert stage != "files" or len(done) == 1
+        assert round(resumed.stream_t_s, 3) == done[-1], "the snapshot the pointer names is the last finished one"
+    assert resumed.memory is not None and len(resumed.memory) > 0
+    resumed.stop()
+    # the next save cleans up what the killed one left behind
+    resumed.save(directory)
+    assert sorted(p.name for p in directory.iterdir() if p.is_dir()) == [_current(directory).name]
