@@ -82,6 +82,8 @@ class StreamingAssistant:
             raise RuntimeError("this assistant is already running; create a new one for another stream")
         self._warm_up()
         self.ingest.source = source
+        if hasattr(source, "on_status"):  # a camera/URL reports when it drops and comes back
+            source.on_status = self._source_status
         self._threads = [
             threading.Thread(target=self._loop, args=(self.ingest.step, self.ingest_done),
                              name="streamvid-ingest", daemon=True),
@@ -338,6 +340,12 @@ class StreamingAssistant:
         self.reasoning.triggers.add(Trigger(trigger_id, phrase, probe, rule, once=False, created_t_s=t_s))
         self.reasoning.wake.set()
         return trigger_id
+
+    def _source_status(self, event: str, t_s: float, info: dict) -> None:
+        """On the source's reader thread: {"type": "status", "event": "source_lost" | "source_back", "t_s", ...}
+        on the outputs queue, t_s on the session's clock."""
+        self._outputs.put(Output("status", "", "", {"event": event, "t_s": round(t_s + self.ingest.t_offset_s, 3),
+                                                    **info}))
 
     def _warm_up(self) -> None:
         """One throw-away chunk and answer token before the clock starts, so a live source does not drop its

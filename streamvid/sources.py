@@ -17,6 +17,7 @@ Images are (H, W, 3) uint8 RGB, converted (and resized when `size` is given) by 
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import threading
@@ -34,6 +35,7 @@ THREAD_NAME = "streamvid-source"
 JOIN_TIMEOUT_S = 2.0
 LIVE_OPEN_TIMEOUT_S = 10.0  # PyAV gives up opening a camera/URL after this long
 LIVE_READ_TIMEOUT_S = 5.0  # ... and a blocked read after this long, so the reader thread always ends
+RECONNECT_BACKOFF_S = (0.5, 8.0)  # a lost camera/URL is reopened after 0.5 s, then 1, 2, 4, 8, 8, ... s
 _GRID_EPS_S = 1e-6  # float slack when comparing a frame time with a grid point
 _URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 
@@ -310,21 +312,84 @@ class LiveSource(_Source):
     """A camera device or URL opened with PyAV and decoded continuously by a reader thread; live.
 
     Stream time = pts minus the first frame's pts (wall clock since open when pts is missing). Thread
-    contract: `read` from one consumer thread, `close` from any thread; the container is used and closed
-    only by the reader thread. Errors while opening raise ValueError here; errors while decoding are
-    re-raised by `read`. A stalled stream ends the reader after LIVE_READ_TIMEOUT_S with an error.
+    contract: `read` from one consumer thread, `close` from any thread; the container is opened, used and closed
+    only by the reader thread (after the first open, here). Errors while opening the first time raise ValueError
+    here.
+
+    Drops: a stream that fails while decoding, stalls for LIVE_READ_TIMEOUT_S, or ends although it declares no
+    duration (a camera, a live RTSP/HTTP stream) is lost, not ended: with `reconnect` (the default) the reader
+    reopens it with exponential backoff (`backoff_s` = first and longest wait) until it is back or the source is
+    closed. Stream time goes on through the gap (the first frame after it sits at the time of the last frame
+    plus the wall time in between) and `Frame.index` continues. `on_status(event, t_s, info)`, when set before
+    frames flow, is called on the reader thread with "source_lost" (t_s: when the loss was noticed; info:
+    "reason") and "source_back" (t_s: where the stream resumes; info: "gap_s"); `outages` and `lost_s` count
+    them. A stream with a duration (a video file served over HTTP) ends at its end. Without `reconnect`, a
+    decoding error is re-raised by `read`.
     """
 
     live = True
 
     def __init__(self, url: str, fps: float, size: int | None = None, format: str | None = None,
-                 options: dict[str, str] | None = None, name: str | None = None) -> None:
+                 options: dict[str, str] | None = None, name: str | None = None, reconnect: bool = True,
+                 backoff_s: tuple[float, float] = RECONNECT_BACKOFF_S) -> None:
         _check_fps_size(fps, size)
+        if not 0 < backoff_s[0] <= backoff_s[1]:
+            raise ValueError(f"backoff_s must be (first, longest) with 0 < first <= longest, got {backoff_s}")
         self.name = name or url
-        container = _open(url, self.name, format=format, options=options or {},
-                          timeout=(LIVE_OPEN_TIMEOUT_S, LIVE_READ_TIMEOUT_S))
-        self._impl = _Pump(_decode(container, fps, size, self.name), self.name, pace=False,
-                           on_exit=container.close)
+        self._open = functools.partial(_open, url, self.name, format=format, options=options or {},
+                                       timeout=(LIVE_OPEN_TIMEOUT_S, LIVE_READ_TIMEOUT_S))
+        self._container = self._open()
+        self.finite = self._container.duration is not None
+        self.on_status: Callable[[str, float, dict], None] | None = None
+        self.outages = 0  # times the stream was lost
+        self.lost_s = 0.0  # stream seconds without frames because of outages (up to the last "source_back")
+        self._backoff_s = backoff_s
+        self._halt = threading.Event()
+        frames = self._reconnecting(fps, size) if reconnect else _decode(self._container, fps, size, self.name)
+        self._impl = _Pump(frames, self.name, pace=False, on_exit=lambda: self._container.close())
+
+    def _reconnecting(self, fps: float, size: int | None) -> Iterator[Frame]:
+        """Frames of every connection in turn, on one clock and one index (reader thread only)."""
+        base_t_s, base_index = 0.0, 0  # where the current connection's own time and index start
+        last: Frame | None = None
+        last_wall_s = time.monotonic()
+        while True:
+            reason = "the stream ended"
+            try:
+                for frame in _decode(self._container, fps, size, self.name):
+                    last = Frame(frame.image, base_t_s + frame.t_s, base_index + frame.index)
+                    last_wall_s = time.monotonic()
+                    yield last
+            except ValueError as e:  # a decoding error or a stalled read
+                reason = str(e)
+            else:
+                if self.finite:
+                    return
+            lost_t_s = (last.t_s if last is not None else base_t_s) + time.monotonic() - last_wall_s
+            self.outages += 1
+            self._status("source_lost", lost_t_s, {"reason": reason})
+            self._container.close()
+            delay_s = self._backoff_s[0]
+            while True:
+                if self._halt.wait(delay_s):
+                    return
+                try:
+                    self._container = self._open()
+                    break
+                except ValueError:
+                    delay_s = min(2 * delay_s, self._backoff_s[1])
+            back_t_s = (last.t_s if last is not None else base_t_s) + time.monotonic() - last_wall_s
+            self.lost_s += back_t_s - lost_t_s
+            base_t_s, base_index = back_t_s, (last.index + 1 if last is not None else base_index)
+            self._status("source_back", back_t_s, {"gap_s": round(back_t_s - lost_t_s, 3)})
+
+    def _status(self, event: str, t_s: float, info: dict) -> None:
+        if self.on_status is not None:
+            self.on_status(event, t_s, info)
+
+    def close(self) -> None:
+        self._halt.set()
+        super().close()
 
 
 class PushSource(_Source):

@@ -41,4 +41,6 @@ class Output:
             return {"type": "alert", "trigger_id": self.id, **self.data, "text": self.text}
         if self.kind == "say":  # {"type", "t_s", "text"}
             return {"type": "say", **self.data, "text": self.text}
+        if self.kind == "status":  # {"type", "event", "t_s", ...}: e.g. a live source lost and back
+            return {"type": "status", **self.data}
         return {"type": self.kind, "id": self.id, "text": self.text, **self.data}

@@ -91,6 +91,17 @@ class _Tap:
     def dropped(self) -> int:
         return self.inner.dropped
 
+    def __getattr__(self, name: str):  # on_status, outages, lost_s of a camera/URL source
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def __setattr__(self, name: str, value) -> None:
+        if name == "on_status":
+            setattr(self.inner, name, value)
+        else:
+            super().__setattr__(name, value)
+
     def close(self) -> None:
         self.inner.close()
 
