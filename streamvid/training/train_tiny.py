@@ -11,13 +11,14 @@ that names a time gets the blocks at that time and no window, as the engine answ
 ShapesWorld puts every object inside one cell of the model's merged-token grid (`synth.world`), so each vision
 token shows at most one object. Training runs in two stages.
 
-1. The vision tower learns alone for `vision_warmup_steps` steps on freshly drawn single-frame grid scenes, with
-   dense supervision (`_attribute_loss`): per merged vision token, which colours and shapes cover its cell,
-   detected by the input embeddings of the words themselves (" red", " circle", ...), so a token showing a red
-   circle points along the embeddings of " red" and " circle" and the words of a question match what was seen by
-   plain attention (and by the layer-0 retrieval vectors); per chunk, the object count. The tower is then frozen
-   at the weights the engine will run, and its tokens for every chunk of every timeline are computed once
-   (`_Data.encode_chunks`); `_vision_check` records how well they name their cells.
+1. The vision tower learns alone for `vision_warmup_steps` steps, on freshly drawn single-frame grid scenes and
+   on the training timelines' decoded chunks in turn, with dense supervision (`_Readout`): per merged vision
+   token, which shape and which colour cover its cell; per chunk, the object count. Each colour and shape word's
+   input embedding then takes the direction of its detector (`_align_words`), so a token showing a red circle
+   points along the embeddings of " red" and " circle" and the words of a question match what was seen by plain
+   attention (and by the layer-0 retrieval vectors). The tower is then frozen at the weights the engine will run,
+   and its tokens for every chunk of every timeline are computed once (`_Data.encode_chunks`); `_vision_check`
+   records how well they name their cells.
 2. The language model learns on those tokens, at text speed, from three signals:
    - next-token loss on the answers (several questions per context, earlier ones as dialogue turns);
    - where to look (`_attention_loss`), in two hops. At every colour or shape word of a question, two heads of
@@ -85,8 +86,8 @@ class TrainConfig:
     short_window_frac: float = 0.3  # the first steps see 1-3 window blocks: fewer distractors while binding is learnt
     max_turns: int = 8  # questions per context (earlier ones about now, as earlier dialogue turns in the engine)
     time_budget_s: float = 105 * 60
-    vision_warmup_steps: int = 400
-    warmup_scenes: int = 32  # fresh scenes per vision warm-up step
+    vision_warmup_steps: int = 800
+    warmup_scenes: int = 32  # scenes or chunks per vision warm-up step
     word_attention_layer: int = 1  # decoder layer whose heads 0 and 1 learn to look from a named word to the object
     answer_attention_layer: int = 2  # ... and from the answer to the named words
     attention_weight: float = 0.5
@@ -355,15 +356,14 @@ def train(cfg: TrainConfig) -> dict:
     captured: list[torch.Tensor] = []
     hook = model.model.language_model.layers[0].self_attn.k_proj.register_forward_hook(
         lambda _m, _i, o: captured.append(o))
-    # the vision warm-up's dense signals (its bias and count head are for training only and are not saved)
+    # the vision warm-up's dense signals (its readout heads are for training only and are not saved)
     merged: list[torch.Tensor] = []
     vision_hook = model.model.visual.merger.register_forward_hook(lambda _m, _i, o: merged.append(o))
-    hidden = model.config.get_text_config().hidden_size
     tok = adapter.tokenizer
     words = torch.tensor([tok.convert_tokens_to_ids(tok.tokenize(" " + w))[0] for w in [*COLOURS, *SHAPES]])
-    attr_bias = torch.nn.Parameter(torch.full((len(words),), -2.0))
-    count_head = torch.nn.Linear(hidden, 4)
-    history = _vision_warmup(model, adapter.video_processor, cfg, rng, merged, words, attr_bias, count_head)
+    readout = _Readout(model.config.vision_config.out_hidden_size)
+    history = _vision_warmup(model, adapter.video_processor, cfg, rng, merged, readout, data)
+    _align_words(model.get_input_embeddings(), words, readout)
     vision_hook.remove()
     # from here the tower is frozen at the weights the engine will run (saved in bfloat16), and its tokens for
     # every chunk are computed once: the main loop trains the language model alone, at text speed
@@ -372,7 +372,7 @@ def train(cfg: TrainConfig) -> dict:
         p.data = p.data.to(torch.bfloat16).float()
     t_enc = time.perf_counter()
     data.encode_chunks(model, adapter.video_processor)
-    history.append({"vision_check": _vision_check(data, model.get_input_embeddings(), words, attr_bias),
+    history.append({"vision_check": _vision_check(data, readout),
                     "encode_s": round(time.perf_counter() - t_enc, 1)})
     log.warning("train %s", history[-1])
     # the language model's rate stays low and its weights decayed, or its attention saturates onto a few prompt
@@ -454,26 +454,37 @@ def _attention_loss(attentions: torch.Tensor, looks: list[tuple[int, int, list[i
     return torch.cat(losses).mean()
 
 
-def _vision_warmup(model, processor, cfg: TrainConfig, rng: np.random.Generator, merged: list[torch.Tensor], words: torch.Tensor,
-                   attr_bias: torch.Tensor, count_head: torch.nn.Linear) -> list[dict]:
-    """The vision tower alone on fresh grid scenes with dense targets (`_attribute_loss`), so that the language
-    model learns on vision tokens that already tell shapes and colours apart."""
+def _vision_warmup(model, processor, cfg: TrainConfig, rng: np.random.Generator, merged: list[torch.Tensor],
+                   readout: _Readout, data: _Data) -> list[dict]:
+    """The vision tower alone with dense targets (`_Readout`), so that the language model learns on vision tokens
+    that already tell shapes and colours apart. Steps alternate between freshly drawn single-frame grid scenes and
+    chunks of the training timelines as the engine decodes them (compression, and objects that hop within a
+    chunk, included)."""
     if cfg.vision_warmup_steps <= 0:
         return []
-    embed = model.get_input_embeddings()
-    params = [*model.model.visual.parameters(), attr_bias, *count_head.parameters(), embed.weight]
+    params = [*model.model.visual.parameters(), *readout.parameters()]
     opt = torch.optim.AdamW(params, lr=2 * cfg.lr, weight_decay=0.0)
     history, t0 = [], time.perf_counter()
+    fpc = cfg.frames_per_chunk
     for step in range(cfg.vision_warmup_steps):
-        frames, attributes, counts = zip(*[_scene(rng, cfg.frame_px) for _ in range(cfg.warmup_scenes)])
-        video = processor(videos=[np.stack([f, f]) for f in frames], return_tensors="pt", do_sample_frames=False,
-                          cap_pixels_per_frame=True)
+        if step % 2 == 0:
+            frames, attributes, counts = zip(*[_scene(rng, cfg.frame_px) for _ in range(cfg.warmup_scenes)])
+            videos = [np.stack([f, f]) for f in frames]
+        else:
+            chunks = []
+            for _ in range(cfg.warmup_scenes):
+                ti = int(rng.choice(data.train_ids))
+                c = int(rng.integers(data.timelines[ti].n_frames // fpc))
+                chunks.append((ti, list(range(c * fpc, (c + 1) * fpc))))
+            videos = [np.stack([data.frame(ti, k) for k in ks]) for ti, ks in chunks]
+            attributes = [data.cell_attributes(ti, ks) for ti, ks in chunks]
+            counts = [min(len(data.timelines[ti].objects_at(ks[-1] / cfg.fps)), 3) for ti, ks in chunks]
+        video = processor(videos=videos, return_tensors="pt", do_sample_frames=False, cap_pixels_per_frame=True)
         merged.clear()
         model.model.visual(video["pixel_values_videos"], grid_thw=video["video_grid_thw"])
-        loss = _attribute_loss(merged[0], [a for a in attributes], list(counts), embed, words, attr_bias, count_head)
+        loss = readout.loss(merged[0], list(attributes), list(counts))
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         if step % cfg.log_every == 0 or step == cfg.vision_warmup_steps - 1:
             rec = {"vision_warmup_step": step, "vision_aux": round(loss.item(), 4),
@@ -481,6 +492,44 @@ def _vision_warmup(model, processor, cfg: TrainConfig, rng: np.random.Generator,
             history.append(rec)
             log.warning("train %s", rec)
     return history
+
+
+class _Readout(torch.nn.Module):
+    """The vision warm-up's targets, per merged vision token: which shape and which colour cover its cell (or
+    none: softmax classes, so every occupied cell gets the full gradient of its shape), and per chunk the object
+    count (0-3) from the mean of its tokens."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.shape = torch.nn.Linear(dim, 1 + len(SHAPES))
+        self.colour = torch.nn.Linear(dim, 1 + len(COLOURS))
+        self.count = torch.nn.Linear(dim, 4)
+
+    def loss(self, merged: torch.Tensor, cells: list[np.ndarray], counts: list[int]) -> torch.Tensor:
+        shapes, colours = _classes(np.concatenate(cells))
+        pooled = torch.stack([t.mean(0) for t in merged.split([len(c) for c in cells])])
+        return (F.cross_entropy(self.shape(merged), torch.from_numpy(shapes))
+                + F.cross_entropy(self.colour(merged), torch.from_numpy(colours))
+                + F.cross_entropy(self.count(pooled), torch.tensor(counts)))
+
+
+def _classes(cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(cells, colours + shapes) bool -> each cell's shape class and colour class, 0 for none (a cell two objects
+    covered within one chunk takes the first)."""
+    n = len(COLOURS)
+    colours, shapes = cells[:, :n], cells[:, n:]
+    return (np.where(shapes.any(1), shapes.argmax(1) + 1, 0).astype(np.int64),
+            np.where(colours.any(1), colours.argmax(1) + 1, 0).astype(np.int64))
+
+
+@torch.no_grad()
+def _align_words(embed: torch.nn.Embedding, words: torch.Tensor, readout: _Readout) -> None:
+    """Give each colour and shape word the direction of its detector in the readout, at the embeddings' usual norm:
+    a vision token showing a red circle then points along the input embeddings of " red" and " circle", so the
+    question's words match what was seen by plain attention, and by the layer-0 retrieval vectors."""
+    detectors = torch.cat([readout.colour.weight[1:], readout.shape.weight[1:]])
+    norm = embed.weight.norm(dim=-1).mean()
+    embed.weight[words] = F.normalize(detectors, dim=-1) * norm
 
 
 def _scene(rng: np.random.Generator, px: int) -> tuple[np.ndarray, np.ndarray, int]:
@@ -522,32 +571,20 @@ def _save(model, out: Path) -> None:
 
 
 @torch.no_grad()
-def _vision_check(data: _Data, embed: torch.nn.Embedding, words: torch.Tensor, bias: torch.Tensor) -> dict:
-    """How well the frozen tower's tokens name what their cells show, on the held-out timelines' decoded chunks: of
-    the cells an object covers, the share whose colour (shape) detectors, the words' input embeddings as in the
-    warm-up, fire exactly for the colours (shapes) there."""
-    fpc, n_colours = data.cfg.frames_per_chunk, len(COLOURS)
-    colour, shape = [], []
+def _vision_check(data: _Data, readout: _Readout) -> dict:
+    """How well the frozen tower's tokens name what their cells show, on the held-out timelines' decoded chunks:
+    of the cells an object covers, the share whose shape (colour) the warm-up's readout names right."""
+    fpc = data.cfg.frames_per_chunk
+    right_shape, right_colour = [], []
     for ti in data.eval_ids:
-        tokens = data.tokens[ti]
-        truth = np.concatenate([data.cell_attributes(ti, list(range(c * fpc, (c + 1) * fpc)))
-                                for c in range(len(tokens))])
-        said = (tokens.reshape(-1, tokens.shape[-1]) @ embed.weight[words].T / math.sqrt(tokens.shape[-1])
-                + bias).numpy() > 0
-        occupied = truth.any(1)
-        colour.append((said[:, :n_colours] == truth[:, :n_colours]).all(1)[occupied])
-        shape.append((said[:, n_colours:] == truth[:, n_colours:]).all(1)[occupied])
-    return {"colour": round(float(np.concatenate(colour).mean()), 4),
-            "shape": round(float(np.concatenate(shape).mean()), 4)}
-
-
-def _attribute_loss(merged: torch.Tensor, cells: list[np.ndarray], counts: list[int], embed: torch.nn.Embedding,
-                    words: torch.Tensor, bias: torch.Tensor, count_head: torch.nn.Linear) -> torch.Tensor:
-    """BCE of each merged token's colours and shapes (detected by the words' input embeddings) + chunk counts."""
-    attributes = torch.from_numpy(np.concatenate(cells)).float()  # (tokens, colours + shapes)
-    logits = merged @ embed.weight[words].T / math.sqrt(merged.shape[-1]) + bias
-    pooled = torch.stack([t.mean(0) for t in merged.split([len(c) for c in cells])])
-    return F.binary_cross_entropy_with_logits(logits, attributes) + F.cross_entropy(count_head(pooled), torch.tensor(counts))
+        tokens = data.tokens[ti].reshape(-1, data.tokens[ti].shape[-1])
+        shapes, colours = _classes(np.concatenate([data.cell_attributes(ti, list(range(c * fpc, (c + 1) * fpc)))
+                                                   for c in range(len(data.tokens[ti]))]))
+        occupied = shapes > 0
+        right_shape.append((readout.shape(tokens).argmax(-1).numpy() == shapes)[occupied])
+        right_colour.append((readout.colour(tokens).argmax(-1).numpy() == colours)[occupied])
+    return {"colour": round(float(np.concatenate(right_colour).mean()), 4),
+            "shape": round(float(np.concatenate(right_shape).mean()), 4)}
 
 
 def _contrastive(model, batch: dict, keys: torch.Tensor, data: _Data) -> torch.Tensor:
