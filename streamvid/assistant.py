@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from streamvid import session_store
+from streamvid import session_store, user_text
 from streamvid.adapters.base import VideoLLMAdapter, load_adapter
 from streamvid.config import EngineConfig
 from streamvid.future import parse_request, probe_for
@@ -96,9 +96,7 @@ class StreamingAssistant:
     def ask(self, text: str, t_s: float | None = None) -> str:
         """Queue a question about the stream so far; returns its id. Raises BusyError when the queue is full."""
         self._raise_error()
-        text = text.strip()
-        if not text:
-            raise ValueError("empty question")
+        text = user_text.clean(text)  # ValueError: not text, empty, or too long
         qid = f"q{next(self._ids)}"
         try:
             self.questions.put_nowait(Question(qid, text, self.ingest.latest_t_s if t_s is None else t_s))
@@ -116,7 +114,7 @@ class StreamingAssistant:
         "alert"} output comes each time it fires. `thresholds` override the firing rule's defaults: fire, reset,
         k, cooldown_s (proactive.Thresholds; defaults from EngineConfig.trigger_*)."""
         self._raise_error()
-        return self._watch(condition, self.ingest.latest_t_s, thresholds)
+        return self._watch(user_text.clean(condition, "condition"), self.ingest.latest_t_s, thresholds)
 
     def unwatch(self, trigger_id: str) -> bool:
         """Stop a trigger (one from `watch`, or one made from a "tell me when" question); False if none is active
@@ -181,9 +179,10 @@ class StreamingAssistant:
         Times T are the input's own (0 = its first frame); in a resumed session they sit at T + stream_offset_s
         of the session's clock, which answers report as t_s (and T as input_t_s).
         Returns answers, probe results, alerts and remarks in stream-time order (no token pieces)."""
-        pending = sorted([(t, text, "answer") for t, text in questions_at] +
-                         [(t, text, "probe") for t, text in probes_at] +
-                         [(t, text, "watch") for t, text in watches_at], key=lambda q: q[0])
+        pending = sorted([(t, user_text.clean(text), "answer") for t, text in questions_at] +
+                         [(t, user_text.clean(text), "probe") for t, text in probes_at] +
+                         [(t, user_text.clean(text, "condition"), "watch") for t, text in watches_at],
+                         key=lambda q: q[0])
         results: list[Output] = []
         self.ingest.source = source
 

@@ -37,21 +37,28 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def _ask(spec: str) -> tuple[float, str]:
+    from streamvid.user_text import clean
+
     t, sep, text = spec.partition(":")
     try:
         t_s = float(t)
     except ValueError:
         t_s = -1.0
-    if not sep or not text.strip() or t_s < 0:
-        raise argparse.ArgumentTypeError(f"expected T:QUESTION with T in seconds >= 0, got {spec!r}")
-    return t_s, text.strip()
+    if not sep or not text.strip() or not 0 <= t_s < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected T:QUESTION with T in seconds >= 0, got {spec[:80]!r}")
+    try:
+        return t_s, clean(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{e}, in {spec[:80]!r}") from None
 
 
 def _watch(spec: str) -> tuple[float, str]:
     try:
         return _ask(spec)
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"expected T:CONDITION with T in seconds >= 0, got {spec!r}") from None
+    except argparse.ArgumentTypeError as e:
+        if "expected T:QUESTION" not in str(e):
+            raise
+        raise argparse.ArgumentTypeError(f"expected T:CONDITION with T in seconds >= 0, got {spec[:80]!r}") from None
 
 
 def _positive(text: str) -> float:
@@ -241,10 +248,26 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _check_model(model: str) -> None:
+    """A missing or broken checkpoint directory is one line that says what is wrong, before anything loads."""
     from streamvid.config import BUNDLED_MODEL
 
     if model == str(BUNDLED_MODEL) and not (BUNDLED_MODEL / "config.json").exists():
         raise ValueError(f"bundled model missing at {BUNDLED_MODEL}: run `streamvid train-tiny` or pass --model")
+    folder = Path(model)
+    if not (folder.exists() or model.startswith((".", "/", "~")) or model.count("/") > 1):
+        return  # a Hugging Face id ("Qwen/Qwen2.5-VL-3B-Instruct"): the loader checks it
+    if not folder.is_dir():
+        raise ValueError(f"model directory not found: {model} (pass --model with a checkpoint directory or a "
+                         f"Hugging Face id)")
+    config = folder / "config.json"
+    if not config.is_file():
+        raise ValueError(f"{model} is not a model checkpoint: it has no config.json")
+    try:
+        json.loads(config.read_text())
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"{config} is not valid JSON ({e}): the checkpoint is damaged; copy it again") from None
+    if not any(folder.glob("*.safetensors")) and not any(folder.glob("*.bin")):
+        raise ValueError(f"{model} has no weight files (*.safetensors or *.bin): the checkpoint is incomplete")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -354,8 +377,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _interrupt)  # a service manager's stop: the same clean end as Ctrl-C
+    main_thread = threading.current_thread() is threading.main_thread()
+    # a service manager's stop (SIGTERM) ends a run as Ctrl-C does
+    previous = signal.signal(signal.SIGTERM, _interrupt) if main_thread else None
     try:
         return args.func(args)
     except KeyboardInterrupt:
@@ -370,6 +394,9 @@ def main(argv: list[str] | None = None) -> int:
         kind = "error" if user_error else f"error: {type(e).__name__}"
         print(f"streamvid {args.command}: {kind}: {what}{hint}", file=sys.stderr)
         return 2 if user_error else 1
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _interrupt(signum, frame) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +48,7 @@ class EngineConfig:
     join_timeout_s: float = 2.0
 
     def __post_init__(self):
+        _check_types(self)  # each field: the right kind of value (finite numbers), before the ranges below
         positive = ("fps", "frames_per_chunk", "window_tokens", "max_new_tokens", "question_queue_size",
                     "read_timeout_s", "join_timeout_s", "rebase_after_pos", "memory_ram_mb", "memory_disk_mb",
                     "probe_batch", "gate_max_skip_s", "narrate_min_gap_s", "narrate_max_silence_s")
@@ -61,7 +63,10 @@ class EngineConfig:
         if self.narrate_min_gap_s > self.narrate_max_silence_s:
             raise ValueError(f"narrate_min_gap_s must be <= narrate_max_silence_s, got {self.narrate_min_gap_s} > "
                              f"{self.narrate_max_silence_s}")
-        self.trigger_thresholds()  # raises on inconsistent trigger defaults
+        try:
+            self.trigger_thresholds()
+        except ValueError as e:
+            raise ValueError(f"trigger_fire, trigger_reset, trigger_k, trigger_cooldown_s: {e}") from None
         if self.frame_px is not None and self.frame_px < 28:
             raise ValueError(f"frame_px must be >= 28 (two merged patches), got {self.frame_px}")
 
@@ -70,3 +75,24 @@ class EngineConfig:
 
     def replace(self, **changes) -> EngineConfig:
         return dataclasses.replace(self, **changes)
+
+
+def _check_types(config: EngineConfig) -> None:
+    """ValueError naming the field when a value is not of its declared kind: a finite int or float (bool is not a
+    number), a str, a bool, or None where the field allows it."""
+    for f in dataclasses.fields(config):
+        value, kinds = getattr(config, f.name), {k.strip() for k in str(f.type).split("|")}
+        if value is None:
+            if "None" not in kinds:
+                raise ValueError(f"{f.name}: expected a value ({f.type}), got None")
+        elif kinds & {"int", "float"}:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+                    "float" not in kinds and not isinstance(value, int)):
+                raise ValueError(f"{f.name}: expected {'an integer' if 'float' not in kinds else 'a number'}, "
+                                 f"got {value!r}")
+            if not math.isfinite(value):
+                raise ValueError(f"{f.name}: expected a finite number, got {value}")
+        elif "str" in kinds and not isinstance(value, str):
+            raise ValueError(f"{f.name}: expected text, got {value!r}")
+        elif "bool" in kinds and not isinstance(value, bool):
+            raise ValueError(f"{f.name}: expected true or false, got {value!r}")

@@ -45,12 +45,22 @@ def load_episodes(path: str | Path) -> list[dict]:
                 raise ValueError(f"{path}:{n}: missing key {key!r}")
         if not isinstance(ep["video"], dict) or not isinstance(ep["video"].get("path"), str):
             raise ValueError(f"{path}:{n}: video.path must be a string")
-        ids = {e.get("id") for e in ep["events"] if isinstance(e, dict)}
+        if not isinstance(ep["events"], list):
+            raise ValueError(f"{path}:{n}: events must be a list, got {type(ep['events']).__name__}")
+        for e in ep["events"]:
+            if not isinstance(e, dict):
+                raise ValueError(f"{path}:{n}: an event must be an object, got {str(e)[:80]}")
+            for key in ("id", "ref", "text"):
+                if key in e and not isinstance(e[key], str):
+                    raise ValueError(f"{path}:{n}: event {key} must be a string, got {str(e[key])[:80]}")
+            if "t" in e and (isinstance(e["t"], bool) or not isinstance(e["t"], (int, float))
+                             or not 0 <= e["t"] < float("inf")):
+                raise ValueError(f"{path}:{n}: event t must be seconds >= 0, got {str(e['t'])[:80]}")
+        ids = {e.get("id") for e in ep["events"]}
         for e in ep["events"]:
             need = {"user_query": ("id", "t", "text"), "probe": ("id", "t", "text", "gold"),
                     "expected_answer": ("ref", "gold", "scorer"), "expected_response": ("ref",),
-                    "context": ("id", "t", "text")}.get(
-                e.get("kind") if isinstance(e, dict) else None)
+                    "context": ("id", "t", "text")}.get(e.get("kind") if isinstance(e.get("kind"), str) else None)
             if need is None:
                 raise ValueError(f"{path}:{n}: event with unknown kind: {str(e)[:80]}")
             missing = [k for k in need if k not in e]

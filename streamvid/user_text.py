@@ -1,0 +1,34 @@
+"""Text people type: questions and trigger conditions, checked and cleaned once where they enter the engine.
+
+    clean("  What colour\x00 is it?\r\n")  -> "What colour is it?"
+    clean("")                             -> ValueError("empty question")
+    clean("x" * 100_000)                  -> ValueError("question too long: 100000 characters, at most 4000; ...")
+
+Control characters (C0/C1, except tab and newline, which become spaces) and unpaired UTF-16 surrogates (which no
+tokenizer can encode) are replaced by spaces, runs of whitespace collapse to one space, and the ends are stripped.
+Every script passes through unchanged (mixed scripts, emoji, right-to-left text). The length cap keeps one
+question's prefill bounded; it counts characters after cleaning.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+MAX_CHARS = 4000
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def clean(text: object, what: str = "question", max_chars: int = MAX_CHARS) -> str:
+    """`text` as the engine uses it (NFC, see the module docstring); ValueError with a one-line message when it
+    is not text, is empty after cleaning, or is longer than `max_chars`."""
+    if not isinstance(text, str):
+        raise ValueError(f"a {what} must be text, got {type(text).__name__}")
+    text = unicodedata.normalize("NFC", _SURROGATE.sub(" ", text))
+    text = " ".join(_CONTROL.sub(" ", text).split())
+    if not text:
+        raise ValueError(f"empty {what}")
+    if len(text) > max_chars:
+        raise ValueError(f"{what} too long: {len(text)} characters, at most {max_chars}; ask something shorter")
+    return text
