@@ -180,11 +180,11 @@ CHILD = textwrap.dedent('''
     if stage == "files":  # after the first files of the new snapshot are written and synced
         real = session_store._sha256
         calls = [0]
-        def sha(path, fsync=False):
+        def sha(path):
             calls[0] += 1
             if calls[0] == 3:
                 hang("files")
-            return real(path, fsync)
+            return real(path)
         session_store._sha256 = sha
     elif stage == "rename":  # the new folder is complete, not yet named
         session_store.os.rename = lambda a, b: hang("rename")
