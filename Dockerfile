@@ -13,7 +13,7 @@
 # to do that without a login: STREAMVID_AUTH=USER:PASS is required. Publish the port on 127.0.0.1 as above unless
 # the page is meant for other machines. Extra arguments go after the image name, e.g.
 #   docker run ... streamvid streamvid demo --host 0.0.0.0 --model /models/Qwen2.5-VL-3B-Instruct
-# with the checkpoint mounted (-v /path/on/host:/models:ro); there is no hub access at run time.
+# with the checkpoint mounted (-v /path/on/host:/models:ro), or an HF id when the container has network.
 
 ARG CUDA_BASE=nvidia/cuda:12.8.1-base-ubuntu24.04
 
@@ -26,7 +26,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends python3 python3
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /app
 COPY . /app
-RUN pip install -e . && useradd --create-home streamvid
+RUN pip install -e . -c constraints.txt && useradd --create-home streamvid
 USER streamvid
 EXPOSE 7860
 CMD ["streamvid", "demo", "--host", "0.0.0.0", "--port", "7860", "--device", "cuda"]
@@ -35,13 +35,11 @@ CMD ["streamvid", "demo", "--host", "0.0.0.0", "--port", "7860", "--device", "cu
 FROM python:3.11-slim AS cpu
 ENV PIP_NO_CACHE_DIR=1 PYTHONUNBUFFERED=1 GRADIO_ANALYTICS_ENABLED=False
 WORKDIR /app
-COPY pyproject.toml /app/
-# the CPU wheels of the pair pyproject.toml pins (PyPI's default torch wheel carries CUDA libraries, ~5 GB)
-RUN python -c "import re, tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; \
-print('\n'.join(d for d in deps if re.match(r'torch(vision)?==', d)))" > /tmp/torch-pins.txt
-RUN pip install --index-url https://download.pytorch.org/whl/cpu -r /tmp/torch-pins.txt
+COPY constraints.txt /app/
+# the CPU wheels of the tested pair in constraints.txt (PyPI's default torch wheel carries CUDA libraries, ~5 GB)
+RUN pip install --index-url https://download.pytorch.org/whl/cpu -r constraints.txt
 COPY . /app
-RUN pip install -e . && useradd --create-home streamvid
+RUN pip install -e . -c constraints.txt && useradd --create-home streamvid
 USER streamvid
 EXPOSE 7860
 CMD ["streamvid", "demo", "--host", "0.0.0.0", "--port", "7860"]

@@ -31,7 +31,8 @@ import numpy as np
 import torch
 
 from streamvid import session_store, user_text
-from streamvid.adapters.base import VideoLLMAdapter, load_adapter
+from streamvid.adapters.base import VideoLLMAdapter, adapter_for
+from streamvid.budget import Budgets, budgets, window_tokens_for
 from streamvid.config import EngineConfig
 from streamvid.future import parse_request, probe_for
 from streamvid.ingest import IngestWorker
@@ -52,15 +53,18 @@ class BusyError(RuntimeError):
 class StreamingAssistant:
     def __init__(self, config: EngineConfig | None = None, adapter: VideoLLMAdapter | None = None):
         self.config = config = config or EngineConfig()
-        self.adapter = adapter or load_adapter(config.model, config.device, config.dtype, config.index_layer)
+        self.adapter = adapter or adapter_for(config)
         sinks = self.adapter.encode_text(self.adapter.sink_text, None)
         sink_block = Block(id=-1, t_start_s=0.0, t_end_s=0.0, keys=sinks.keys, values=sinks.values,
                            pos_start=0, pos_span=sinks.pos_span)
-        self.window = KVWindow(sink_block, config.window_tokens)
+        if config.window_tokens is None and config.window_mb is None:
+            self.window = KVWindow(sink_block, budget_s=config.window_s)
+        else:
+            self.window = KVWindow(sink_block, window_tokens_for(config, self.adapter.kv_shape))
         self.memory = None
         if config.memory_top_k > 0:
             self.memory = LongTermMemory(self.adapter.index_dim, config.memory_ram_mb, config.memory_disk_mb,
-                                         config.memory_dir)
+                                         config.memory_dir, kv=config.memory_kv, keep=config.memory_keep)
         self.questions: queue.Queue[Question] = queue.Queue(maxsize=config.question_queue_size)
         self._outputs: queue.Queue[Output] = queue.Queue()
         self._stop = threading.Event()
@@ -325,9 +329,16 @@ class StreamingAssistant:
             "peak_memory_kind": "cuda" if self.adapter_device_is_cuda else "host_rss",
         }
 
+    def budgets(self, height: int, width: int) -> Budgets:
+        """What the configured window and memory mean for this model at frames of height x width
+        (`Budgets.describe()` is the line `streamvid run` logs)."""
+        tokens = self.adapter.tokens_per_chunk(height, width, self.config.frames_per_chunk)
+        return budgets(self.adapter.kv_shape, tokens, self.config)
+
     @property
     def adapter_device_is_cuda(self) -> bool:
-        return self.config.device.startswith("cuda")
+        device = getattr(self.adapter, "device", None)
+        return device.type == "cuda" if isinstance(device, torch.device) else self.config.device.startswith("cuda")
 
     # ---- internals --------------------------------------------------------------------------------------
     def _watch(self, condition: str, t_s: float, thresholds: dict) -> str:

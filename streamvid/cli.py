@@ -33,7 +33,68 @@ import traceback
 from pathlib import Path
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+log = logging.getLogger("streamvid.cli")
+
+
+def _hub_for(*models: str | None) -> None:
+    """Offline (HF_HUB_OFFLINE=1) when every model is a local directory, like the bundled one; a hub id keeps
+    the hub reachable for a user with network. Called before transformers is imported."""
+    if all(m is None or Path(m).is_dir() for m in models):
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def _engine_args(parser: argparse.ArgumentParser, d) -> None:
+    """Model placement and budgets, shared by run, demo and score."""
+    parser.add_argument("--device", default="auto", help="auto (CUDA when there is a GPU), cpu, cuda, cuda:N")
+    parser.add_argument("--dtype", default=d.dtype, choices=("auto", "bfloat16", "float16", "float32"),
+                        help="auto: bfloat16 on CUDA, float32 on the CPU")
+    parser.add_argument("--device-map", default=d.device_map, metavar="MAP",
+                        help="'auto': spread a checkpoint that does not fit one device (needs accelerate)")
+    parser.add_argument("--attn", default=d.attn, choices=("auto", "sdpa", "flash_attention_2", "eager"),
+                        help="attention kernel (auto: flash-attention 2 on CUDA when installed, else SDPA)")
+    parser.add_argument("--window-s", type=float, default=d.window_s, help="KV window in seconds of video")
+    parser.add_argument("--window-mb", type=float, default=None, help="KV window in MB of KV (instead of seconds)")
+    parser.add_argument("--memory-ram-mb", type=float, default=d.memory_ram_mb, help="long-term memory in RAM")
+    parser.add_argument("--memory-disk-mb", type=float, default=d.memory_disk_mb, help="long-term memory on disk")
+    parser.add_argument("--memory-kv", default=d.memory_kv, choices=("int8", "float"),
+                        help="how long-term KV blocks are stored")
+    parser.add_argument("--memory-keep", type=float, default=d.memory_keep,
+                        help="share of each long-term block's tokens kept (1: all)")
+    parser.add_argument("--index-layer", type=int, default=None,
+                        help="decoder layer of the retrieval vectors (default: retrieval.default_index_layer)")
+
+
+def _engine_config(args: argparse.Namespace, **fields):
+    from streamvid.config import EngineConfig
+
+    return EngineConfig(model=args.model, device=args.device, dtype=args.dtype, device_map=args.device_map,
+                        attn=args.attn, window_s=args.window_s, window_mb=args.window_mb,
+                        window_tokens=getattr(args, "window_tokens", None), memory_ram_mb=args.memory_ram_mb,
+                        memory_disk_mb=args.memory_disk_mb, memory_kv=args.memory_kv, memory_keep=args.memory_keep,
+                        index_layer=args.index_layer, fps=args.fps, **fields)
+
+
+def _log_budgets(sa, video: str) -> None:
+    """One line: what the window and memory budgets mean for this model at this input's frame size."""
+    px = sa.config.frame_px
+    if px is not None:
+        height, width, note = px, px, ""
+    else:
+        height, width, note = 480, 640, " (frame size assumed 640x480)"
+        if Path(video).is_file():
+            import av
+
+            try:
+                with av.open(video) as container:
+                    stream = container.streams.video[0]
+                    height, width, note = stream.height, stream.width, ""
+            except (av.error.FFmpegError, IndexError):
+                pass
+    b = sa.budgets(height, width)
+    log.info("%s%s", b.describe(), note)
+    for warning in b.warnings():
+        log.warning("%s", warning)
 
 
 def _ask(spec: str) -> tuple[float, str]:
@@ -76,11 +137,9 @@ def _print(obj: dict) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from streamvid.config import EngineConfig
-
-    cfg = EngineConfig(model=args.model, device=args.device, fps=args.fps, window_tokens=args.window_tokens,
-                       memory_top_k=args.memory_top_k, max_new_tokens=args.max_new_tokens, frame_px=args.frame_px,
-                       narrate=args.narrate)
+    _hub_for(args.model)
+    cfg = _engine_config(args, memory_top_k=args.memory_top_k, max_new_tokens=args.max_new_tokens,
+                         frame_px=args.frame_px, narrate=args.narrate)
     _check_model(cfg.model)
     asks = sorted(args.ask, key=lambda a: a[0])
     watches = sorted(args.watch, key=lambda a: a[0])
@@ -117,6 +176,7 @@ def _run(args: argparse.Namespace, cfg, asks: list[tuple[float, str]], watches: 
         try:
             # opened once the model is loaded: a live source starts its clock when opened
             source = open_source(args.video, fps=cfg.fps, realtime=args.realtime, size=cfg.frame_px)
+            _log_budgets(sa, args.video)
             if not source.live:
                 for out in sa.run_simulated(source, asks, watches_at=watches):
                     _print(out.to_json())
@@ -166,7 +226,7 @@ def _run_live(sa, source, asks: list[tuple[float, str]], watches: list[tuple[flo
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    from streamvid.config import EngineConfig
+    _hub_for(args.model, args.judge)
     from streamvid.eval.batch import score_files
     from streamvid.eval.report import write_reports
     from streamvid.eval.score import load_all
@@ -179,9 +239,8 @@ def cmd_score(args: argparse.Namespace) -> int:
         report = write_reports(load_all(args.episodes), args.from_trace, args.out, [str(p) for p in args.episodes],
                                plots=not args.no_plots)
     else:
-        cfg = EngineConfig(model=args.model, device=args.device, fps=args.fps, window_tokens=args.window_tokens,
-                           memory_top_k=args.memory_top_k, max_new_tokens=args.max_new_tokens,
-                           frame_px=args.frame_px)
+        cfg = _engine_config(args, memory_top_k=args.memory_top_k, max_new_tokens=args.max_new_tokens,
+                             frame_px=args.frame_px)
         _check_model(cfg.model)
         report = score_files(args.episodes, cfg, args.out, mode=args.mode, resume=args.resume,
                              plots=not args.no_plots, ray=args.ray, ray_workers=args.ray_workers,
@@ -228,15 +287,14 @@ def cmd_make_tiny(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
+    _hub_for(args.model)
     from streamvid.app.inputs import InputPolicy
     from streamvid.app.sessions import SessionManager
     from streamvid.app.ui import build_demo, check_bind, launch, upload_folder
-    from streamvid.config import EngineConfig
 
     auth = args.auth if args.auth is not None else os.environ.get("STREAMVID_AUTH") or None
     creds = check_bind(args.host, auth)  # refused before the model is loaded
-    cfg = EngineConfig(model=args.model, device=args.device, fps=args.fps, frame_px=args.frame_px,
-                       max_new_tokens=args.max_new_tokens, narrate=args.narrate)
+    cfg = _engine_config(args, frame_px=args.frame_px, max_new_tokens=args.max_new_tokens, narrate=args.narrate)
     _check_model(cfg.model)
     policy = InputPolicy.default([upload_folder()], operator_video=args.video, max_upload_mb=args.max_upload_mb)
     manager = SessionManager(cfg, policy, max_sessions=args.max_sessions, idle_timeout_s=args.idle_timeout_s)
@@ -291,7 +349,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--memory-top-k", type=int, default=d.memory_top_k, help="0 turns retrieval off")
     r.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
     r.add_argument("--frame-px", type=int, default=None, help="resize frames to N x N first")
-    r.add_argument("--device", default=d.device)
+    _engine_args(r, d)
     r.add_argument("--session", type=Path, default=None, metavar="DIR",
                    help="resume the session saved in DIR (if any) and save it there on exit")
     r.add_argument("--autosave-s", type=_positive, default=None, metavar="S",
@@ -312,7 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     dm.add_argument("--idle-timeout-s", type=float, default=600.0, help="close a session idle this long")
     dm.add_argument("--max-upload-mb", type=float, default=200.0)
     dm.add_argument("--narrate", action="store_true", help="sessions start with narration on (a page can switch)")
-    dm.add_argument("--device", default=d.device)
+    _engine_args(dm, d)
     dm.set_defaults(func=cmd_demo)
 
     sc = sub.add_parser("score", help="replay stream episodes through the engine and score the answers")
@@ -334,7 +392,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--window-tokens", type=int, default=d.window_tokens)
     sc.add_argument("--memory-top-k", type=int, default=d.memory_top_k)
     sc.add_argument("--max-new-tokens", type=int, default=16)
-    sc.add_argument("--device", default=d.device)
+    _engine_args(sc, d)
     sc.set_defaults(func=cmd_score)
 
     cv = sub.add_parser("convert", help="convert a benchmark's annotation files to stream episodes")
@@ -376,6 +434,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = [a for a in argv if a != "--debug"]
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    if not debug:
+        log.setLevel(logging.INFO)  # the budgets line of `streamvid run`
     args = build_parser().parse_args(argv)
     main_thread = threading.current_thread() is threading.main_thread()
     # a service manager's stop (SIGTERM) ends a run as Ctrl-C does

@@ -15,17 +15,25 @@ BUNDLED_MODEL = Path(__file__).resolve().parent.parent / "models" / "streamvid-t
 @dataclass(frozen=True)
 class EngineConfig:
     model: str = str(BUNDLED_MODEL)  # HF id or local checkpoint directory
-    device: str = "cpu"
-    dtype: str = "auto"  # "auto": bfloat16 on CUDA, float32 on CPU
+    device: str = "cpu"  # "auto": CUDA when there is a GPU, else the CPU; or "cpu", "cuda", "cuda:1", ...
+    dtype: str = "auto"  # "auto": bfloat16 on CUDA (float16 where bf16 is unsupported), float32 on CPU
+    device_map: str | None = None  # "auto": accelerate spreads a checkpoint that does not fit one device
+    attn: str = "auto"  # attention kernel: "auto" (flash-attention 2 on CUDA when installed, else SDPA), "sdpa", ...
     fps: float = 2.0  # frames sampled per second of stream
     frames_per_chunk: int = 2  # frames per encoded block (a multiple of the model's temporal patch)
     frame_px: int | None = None  # resize frames to frame_px x frame_px before the processor; None: native size
-    window_tokens: int = 144  # recent-block budget of the KV window (sinks not counted)
+    # The KV window (sinks not counted) is set by one of: seconds of video (the default), tokens, or megabytes of
+    # KV (converted with the model's bytes per token). budget.Budgets says what each means for the loaded model.
+    window_s: float = 8.0  # the bundled model: 8 chunks of 18 tokens; Qwen2.5-VL-7B at 448 px: 2,064 tokens, 113 MB
+    window_tokens: int | None = None  # when set, the window's budget in tokens (window_s is then not used)
+    window_mb: float | None = None  # when set, the window's budget in MB of KV (window_s is then not used)
     memory_top_k: int = 4  # blocks retrieved from long-term memory per question; 0 turns retrieval off
-    memory_ram_mb: float = 512.0
-    memory_disk_mb: float = 4096.0
+    memory_ram_mb: float = 8192.0  # long-term blocks in host RAM; beyond it they spill to disk
+    memory_disk_mb: float = 65536.0  # spilled blocks on disk; beyond it the oldest are dropped
     memory_dir: str | None = None  # where spilled blocks go; None: a temporary directory
-    index_layer: int = 0  # decoder layer whose pre-RoPE keys/queries make the retrieval vectors
+    memory_kv: str = "int8"  # how long-term blocks are stored: "int8" (quantised K and V, memory.py) or "float"
+    memory_keep: float = 1.0  # share of a block's tokens kept in long-term memory (lowest key norm first kept)
+    index_layer: int | None = None  # decoder layer of the retrieval vectors; None: retrieval.default_index_layer
     rebase_after_pos: int = 16384  # rebase window positions once the next position passes this
     max_new_tokens: int = 32
     question_queue_size: int = 8
@@ -49,13 +57,25 @@ class EngineConfig:
 
     def __post_init__(self):
         _check_types(self)  # each field: the right kind of value (finite numbers), before the ranges below
-        positive = ("fps", "frames_per_chunk", "window_tokens", "max_new_tokens", "question_queue_size",
+        positive = ("fps", "frames_per_chunk", "window_s", "max_new_tokens", "question_queue_size",
                     "read_timeout_s", "join_timeout_s", "rebase_after_pos", "memory_ram_mb", "memory_disk_mb",
                     "probe_batch", "gate_max_skip_s", "narrate_min_gap_s", "narrate_max_silence_s")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("memory_top_k", "index_layer", "dialogue_turns", "gate_min_novelty", "narrate_min_novelty"):
+        for name in ("window_tokens", "window_mb"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive or None, got {getattr(self, name)}")
+        if self.window_tokens is not None and self.window_mb is not None:
+            raise ValueError(f"set the window in tokens or in MB, not both: got window_tokens={self.window_tokens}, "
+                             f"window_mb={self.window_mb}")
+        if self.memory_kv not in ("int8", "float"):
+            raise ValueError(f"memory_kv must be 'int8' or 'float', got {self.memory_kv!r}")
+        if not 0 < self.memory_keep <= 1:
+            raise ValueError(f"memory_keep must be in (0, 1], got {self.memory_keep}")
+        if self.index_layer is not None and self.index_layer < 0:
+            raise ValueError(f"index_layer must be >= 0 or None, got {self.index_layer}")
+        for name in ("memory_top_k", "dialogue_turns", "gate_min_novelty", "narrate_min_novelty"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.decision_hz is not None and self.decision_hz <= 0:

@@ -90,7 +90,7 @@ class IngestWorker:
             self._next_id += 1
             for old in self.window.append(block):
                 if self.memory is not None:
-                    self.memory.add(_to_host(old))
+                    self.memory.add(old)  # compacted, then copied to the host (memory.StoredBlock.of)
             snap = self.window.snapshot()
             if snap.next_pos > self.config.rebase_after_pos and snap.blocks[0].pos_start > snap.sinks.pos_span:
                 self.window.rebase(self.adapter.positions.move)
@@ -116,8 +116,3 @@ class IngestWorker:
                 "source_lost_s": round(getattr(self.source, "lost_s", 0.0), 3),
                 "ingest_frames_per_s": self.frames_in / self.encode_s if self.encode_s else None}
 
-
-def _to_host(block: Block) -> Block:
-    if block.keys[0].device.type == "cpu":
-        return block
-    return block.replace(keys=tuple(k.cpu() for k in block.keys), values=tuple(v.cpu() for v in block.values))

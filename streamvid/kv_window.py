@@ -8,6 +8,7 @@ modified in place, so a snapshot (a tuple of block references) stays valid while
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Block:
@@ -57,11 +59,21 @@ class WindowSnapshot:
 
 
 class KVWindow:
-    def __init__(self, sinks: Block, budget_tokens: int):
-        if budget_tokens <= 0:
+    """The budget is in tokens or in stream seconds (the span from the oldest block's start to the newest block's
+    end); budget.py converts seconds and bytes for a model."""
+
+    def __init__(self, sinks: Block, budget_tokens: int | None = None, budget_s: float | None = None):
+        if (budget_tokens is None) == (budget_s is None):
+            raise ValueError(f"a window budget is in tokens or in seconds: got budget_tokens={budget_tokens}, "
+                             f"budget_s={budget_s}")
+        if budget_tokens is not None and budget_tokens <= 0:
             raise ValueError(f"window budget must be positive, got {budget_tokens} tokens")
+        if budget_s is not None and budget_s <= 0:
+            raise ValueError(f"window budget must be positive, got {budget_s} s")
         self.lock = threading.Lock()
         self.budget_tokens = budget_tokens
+        self.budget_s = budget_s
+        self.oversized = 0  # blocks that alone exceeded the budget (the window then holds only that block)
         self._sinks = sinks
         self._blocks: list[Block] = []
         self._tokens = 0
@@ -73,11 +85,22 @@ class KVWindow:
             self._blocks.append(block)
             self._tokens += block.n_tokens
             evicted = []
-            while self._tokens > self.budget_tokens and len(self._blocks) > 1:
+            while self._over() and len(self._blocks) > 1:
                 old = self._blocks.pop(0)
                 self._tokens -= old.n_tokens
                 evicted.append(old)
+            if self._over():
+                self.oversized += 1
+                if self.oversized == 1:
+                    log.warning("a block (%d tokens, %.2f s) is larger than the KV window (%s): the window holds "
+                                "only the newest block", block.n_tokens, block.t_end_s - block.t_start_s,
+                                f"{self.budget_tokens} tokens" if self.budget_tokens else f"{self.budget_s:g} s")
             return evicted
+
+    def _over(self) -> bool:
+        if self.budget_tokens is not None:
+            return self._tokens > self.budget_tokens
+        return self._blocks[-1].t_end_s - self._blocks[0].t_start_s > self.budget_s + 1e-6
 
     def rebase(self, move: Callable[[Block, int], Block]) -> None:
         """Move all blocks so the oldest starts right after the sinks (keeps positions bounded).

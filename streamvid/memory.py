@@ -1,31 +1,43 @@
-"""Long-term memory: blocks evicted from the KV window keep their real KV tensors and one FAISS vector each.
+"""Long-term memory: blocks evicted from the KV window keep their KV tensors, compact, and one FAISS vector each.
 
-Tensors live in host RAM up to `ram_mb`, then spill to `disk_dir` as safetensors files; beyond `disk_mb` the
-oldest blocks are dropped (from storage and from the index). Search is FAISS inner product over L2-normalised
-vectors (cosine). This is the only module that imports faiss.
+A block enters compact (kv_compact.py): int8 K (per-channel scales) and V (per-token scales) by default, or as it
+was ("float"), optionally with only a share of its tokens. Compact blocks live in host RAM up to `ram_mb`; beyond
+it the oldest are written by the spill thread ("streamvid-spill") into a few large append-only shard files
+(`shard_<n>.bin`, each a run of records; a record is one block in safetensors layout) in `disk_dir`; beyond
+`disk_mb` of shards the oldest blocks are dropped (from storage and from the index) and a shard file is deleted
+once none of its blocks is left. Search is FAISS inner product over L2-normalised vectors (cosine). This is the
+only module that imports faiss.
 
-Thread contract: the ingest thread calls `add`; the reasoning thread calls `search`, `ids_at` and `load`.
-Every method takes `_lock` (a leaf lock: nothing else is acquired while holding it, FAISS writes need mutual
-exclusion). Loading a spilled block reads its file outside the lock.
+Thread contract: the ingest thread calls `add`; the reasoning thread calls `search`, `ids_at` and `load`; any
+thread may call `stats`, `flush`, `snapshot` and `close`. Every method takes `_lock` (a leaf lock: nothing else
+is acquired while holding it; FAISS writes need mutual exclusion) for bookkeeping only: the spill thread encodes
+and writes a block outside the lock and then moves it from RAM to disk under it, and `load` reads a spilled
+block outside the lock. `add` quantises outside the lock, and waits (backpressure) only when the spill thread is
+more than a RAM cap behind. Blocks come back from `load` in their original dtype, on the device(s) asked for
+(host tensors are pinned when CUDA is in use, so the copy to the GPU is asynchronous).
 """
 
 from __future__ import annotations
 
 import bisect
 import json
-import shutil
+import struct
 import tempfile
 import threading
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import faiss
 import numpy as np
 import torch
-from safetensors import safe_open
-from safetensors.torch import save_file
+from safetensors.torch import load as st_load
+from safetensors.torch import save as st_save
 
+from streamvid.kv_compact import compact_tensors, dequantize, prune
 from streamvid.kv_window import Block
+
+SHARD_MB = 256.0  # a shard file is closed once it holds this much (at most a quarter of the disk cap)
 
 
 @dataclass(frozen=True)
@@ -38,40 +50,140 @@ class MemoryStats:
     disk_mb: float
 
 
+@dataclass(frozen=True, eq=False)
+class StoredBlock:
+    """A block as memory keeps it: compact tensors (kv_compact.compact_tensors) and what places it in time."""
+
+    id: int
+    t_start_s: float
+    t_end_s: float
+    pos_start: int
+    pos_span: int
+    vector: np.ndarray  # (dim,) float32
+    kind: str  # "int8" or "float"
+    dtype: str  # the dtype the block's K and V had (and get back): "float32", "bfloat16", ...
+    n_layers: int
+    tensors: dict[str, torch.Tensor] = field(repr=False)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of its K/V tensors and scales (budget.stored_block_bytes)."""
+        return sum(t.numel() * t.element_size() for t in self.tensors.values())
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.tensors["v0"].shape[2])
+
+    @classmethod
+    def of(cls, block: Block, kind: str = "int8", keep: float = 1.0) -> StoredBlock:
+        """Compact `block` (on its own device), then copy it to the host (pinned when it came from CUDA)."""
+        dtype = str(block.keys[0].dtype).removeprefix("torch.")
+        tensors = compact_tensors(prune(block, keep) if keep < 1 else block, kind)
+        if block.keys[0].device.type == "cuda":
+            host = {n: torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t, non_blocking=True)
+                    for n, t in tensors.items()}
+            torch.cuda.current_stream(block.keys[0].device).synchronize()
+            tensors = host
+        else:
+            tensors = {n: t.detach().contiguous() for n, t in tensors.items()}
+        return cls(block.id, block.t_start_s, block.t_end_s, block.pos_start, block.pos_span,
+                   np.asarray(block.vector, np.float32), kind, dtype, len(block.keys), tensors)
+
+    def to_block(self, device: torch.device | str | Sequence[torch.device | str] = "cpu") -> Block:
+        """The block in its original dtype; `device` one for all layers, or one per layer (a device_map)."""
+        devices = [device] * self.n_layers if isinstance(device, (str, torch.device)) else list(device)
+        dtype = getattr(torch, self.dtype)
+        keys, values = [], []
+        for i, dev in enumerate(devices):
+            names = (f"k{i}", f"v{i}", f"ks{i}", f"vs{i}") if self.kind == "int8" else (f"k{i}", f"v{i}")
+            t = {n: self.tensors[n].to(dev, non_blocking=self.tensors[n].is_pinned()) for n in names}
+            if self.kind == "int8":
+                keys.append(dequantize(t[f"k{i}"], t[f"ks{i}"], dtype))
+                values.append(dequantize(t[f"v{i}"], t[f"vs{i}"], dtype))
+            else:
+                keys.append(t[f"k{i}"].to(dtype))
+                values.append(t[f"v{i}"].to(dtype))
+        return Block(self.id, self.t_start_s, self.t_end_s, tuple(keys), tuple(values), self.pos_start,
+                     self.pos_span, self.vector)
+
+    def record(self) -> bytes:
+        """The block in safetensors layout (a valid .safetensors file by itself), metadata under "block"."""
+        tensors = {n: t.contiguous() for n, t in self.tensors.items()}
+        tensors["vector"] = torch.from_numpy(self.vector.copy())
+        meta = {"id": self.id, "t_start_s": self.t_start_s, "t_end_s": self.t_end_s, "pos_start": self.pos_start,
+                "pos_span": self.pos_span, "n_layers": self.n_layers, "kind": self.kind, "dtype": self.dtype}
+        return st_save(tensors, metadata={"block": json.dumps(meta)})
+
+    @classmethod
+    def from_record(cls, data: bytes) -> StoredBlock:
+        (header_len,) = struct.unpack("<Q", data[:8])
+        meta = json.loads(json.loads(data[8:8 + header_len])["__metadata__"]["block"])
+        tensors = st_load(data)
+        vector = tensors.pop("vector").numpy()
+        kind = meta.get("kind", "float")  # records without a kind hold the block as it was
+        dtype = meta.get("dtype") or str(tensors["k0"].dtype).removeprefix("torch.")
+        return cls(meta["id"], meta["t_start_s"], meta["t_end_s"], meta["pos_start"], meta["pos_span"], vector,
+                   kind, dtype, meta["n_layers"], tensors)
+
+
+@dataclass
+class _Shard:
+    path: Path
+    size: int = 0  # bytes written
+    live: int = 0  # blocks in it not dropped yet
+
+
 class LongTermMemory:
-    def __init__(self, dim: int, ram_mb: float = 512.0, disk_mb: float = 4096.0, disk_dir: str | Path | None = None):
+    def __init__(self, dim: int, ram_mb: float = 8192.0, disk_mb: float = 65536.0,
+                 disk_dir: str | Path | None = None, kv: str = "int8", keep: float = 1.0,
+                 shard_mb: float = SHARD_MB):
+        if kv not in ("int8", "float"):
+            raise ValueError(f"kv must be 'int8' or 'float', got {kv!r}")
+        if not 0 < keep <= 1:
+            raise ValueError(f"keep must be in (0, 1], got {keep}")
         self.dim = dim
+        self.kv = kv
+        self.keep = keep
         self.ram_bytes = int(ram_mb * 2**20)
         self.disk_bytes = int(disk_mb * 2**20)
+        self.shard_bytes = max(1, min(int(shard_mb * 2**20), self.disk_bytes // 4))
         if disk_dir is not None:
             Path(disk_dir).mkdir(parents=True, exist_ok=True)
         # one private folder per session, so sessions sharing `disk_dir` never see each other's files
         self._tmp = tempfile.TemporaryDirectory(prefix="streamvid-memory-", dir=disk_dir)
         self.disk_dir = Path(self._tmp.name)
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # RAM over the cap, a spill done, or closing
         self._index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
-        self._ram: dict[int, Block] = {}  # id -> block (insertion order = time order)
-        self._disk: dict[int, tuple[Path, int]] = {}  # id -> (file, bytes)
+        self._ram: dict[int, StoredBlock] = {}  # id -> block (insertion order = time order)
+        self._disk: dict[int, tuple[int, int, int]] = {}  # id -> (shard number, offset, length), time order
+        self._shards: dict[int, _Shard] = {}
+        self._next_shard = 0
+        self._open_shard: int | None = None  # the shard the spill thread appends to
         self._meta: dict[int, tuple[float, float]] = {}  # id -> (t_start_s, t_end_s)
         self._starts: list[tuple[float, int]] = []  # sorted (t_start_s, id) for time lookups
         self._ram_used = 0
         self._disk_used = 0
         self._dropped = 0
+        self._spilling = False
+        self._closing = False
+        self._spill_error: BaseException | None = None
+        self._spiller: threading.Thread | None = None
 
     def add(self, block: Block) -> None:
         if block.vector is None or block.vector.shape != (self.dim,):
             got = None if block.vector is None else block.vector.shape
             raise ValueError(f"memory expects a block vector of shape ({self.dim},), got {got}")
+        stored = StoredBlock.of(block, self.kv, self.keep)
         with self._lock:
-            self._index.add_with_ids(block.vector[None].astype(np.float32), np.array([block.id], dtype=np.int64))
-            self._ram[block.id] = block
-            self._meta[block.id] = (block.t_start_s, block.t_end_s)
-            bisect.insort(self._starts, (block.t_start_s, block.id))
-            self._ram_used += block.nbytes
-            while self._ram_used > self.ram_bytes and self._ram:
-                self._spill(next(iter(self._ram)))
-            while self._disk_used > self.disk_bytes and self._disk:
-                self._drop(next(iter(self._disk)))
+            self._raise_spill_error()
+            self._insert(stored)
+            self._index.add_with_ids(stored.vector[None], np.array([stored.id], dtype=np.int64))
+            if self._ram_used > self.ram_bytes:
+                self._start_spiller()
+                self._changed.notify_all()
+                while self._ram_used > 2 * self.ram_bytes and not self._closing and self._spill_error is None:
+                    self._changed.wait(1.0)  # the spill thread is a whole RAM cap behind: let it catch up
 
     def search(self, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
         """The k stored blocks whose vectors best match `vector`: [(id, score)], best first."""
@@ -87,19 +199,16 @@ class LongTermMemory:
             hi = bisect.bisect_right(self._starts, (t_s + pad_s, float("inf")))
             return [i for _, i in self._starts[:hi] if self._meta[i][1] >= t_s - pad_s]
 
-    def load(self, block_id: int, device: torch.device | str = "cpu") -> Block:
+    def load(self, block_id: int, device: torch.device | str | Sequence[torch.device | str] = "cpu") -> Block:
+        """The block, in its original dtype, on `device` (one for all layers, or one per layer)."""
+        return self._stored(block_id).to_block(device)
+
+    def flush(self, timeout_s: float = 60.0) -> None:
+        """Wait until the spill thread has brought RAM within its cap (and re-raise its error, if any)."""
         with self._lock:
-            block = self._ram.get(block_id)
-            spilled = self._disk.get(block_id)
-        if block is None and spilled is None:
-            raise KeyError(f"block {block_id} is not in memory (dropped or never stored)")
-        if block is None:
-            try:
-                block = _read_block(spilled[0])
-            except FileNotFoundError:  # dropped under the disk cap since the lookup
-                raise KeyError(f"block {block_id} was dropped from memory") from None
-        return block.replace(keys=tuple(k.to(device) for k in block.keys),
-                             values=tuple(v.to(device) for v in block.values))
+            self._changed.wait_for(lambda: self._spill_error is not None or self._closing or
+                                   (not self._spilling and self._ram_used <= self.ram_bytes), timeout_s)
+            self._raise_spill_error()
 
     def stats(self) -> MemoryStats:
         with self._lock:
@@ -110,15 +219,20 @@ class LongTermMemory:
         return len(self._meta)
 
     def close(self) -> None:
+        with self._lock:
+            self._closing = True
+            self._changed.notify_all()
+        if self._spiller is not None:
+            self._spiller.join(timeout=10.0)
         if self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None
 
     # -- session snapshots (streamvid.session_store) ------------------------------------------------------
     def snapshot(self, out_dir: str | Path) -> None:
-        """Write every stored block into the existing folder `out_dir` as block_<id>.safetensors (blocks in RAM
-        through the block writer, spilled blocks copied as they are), the FAISS index as index.faiss
-        (faiss.write_index, never pickle) and memory.json (dim, dropped count, block ids and times in time order).
+        """Write every stored block into the existing folder `out_dir` as block_<id>.safetensors (its record:
+        compact tensors as stored, vector, metadata), the FAISS index as index.faiss (faiss.write_index, never
+        pickle) and memory.json (dim, dropped count, block ids and times in time order).
         Holds the lock throughout, so the files are one consistent cut; fsync is the caller's."""
         out_dir = Path(out_dir)
         with self._lock:
@@ -128,7 +242,7 @@ class LongTermMemory:
                 if block_id in self._ram:
                     _write_block(self._ram[block_id], out_dir / name)
                 else:
-                    shutil.copyfile(self._disk[block_id][0], out_dir / name)
+                    (out_dir / name).write_bytes(self._read_record(*self._disk[block_id]))
                 start, end = self._meta[block_id]
                 entries.append({"id": block_id, "file": name, "t_start_s": start, "t_end_s": end})
             faiss.write_index(self._index, str(out_dir / "index.faiss"))
@@ -136,11 +250,12 @@ class LongTermMemory:
         (out_dir / "memory.json").write_text(json.dumps(meta))
 
     @classmethod
-    def restore(cls, in_dir: str | Path, ram_mb: float = 512.0, disk_mb: float = 4096.0,
-                disk_dir: str | Path | None = None) -> LongTermMemory:
+    def restore(cls, in_dir: str | Path, ram_mb: float = 8192.0, disk_mb: float = 65536.0,
+                disk_dir: str | Path | None = None, **options) -> LongTermMemory:
         """A memory holding the blocks and the index `snapshot` wrote into `in_dir`, under this memory's caps
-        (the oldest blocks spill, and beyond `disk_mb` are dropped, as if added in time order). Raises
-        ValueError when the files do not agree with each other."""
+        (the oldest blocks spill, and beyond `disk_mb` are dropped, as if added in time order). Blocks come back
+        in the form they were stored in; `options` (kv, keep) apply to blocks added later. Raises ValueError
+        when the files do not agree with each other."""
         in_dir = Path(in_dir)
         meta = json.loads((in_dir / "memory.json").read_text())
         index = faiss.read_index(str(in_dir / "index.faiss"))
@@ -150,7 +265,7 @@ class LongTermMemory:
         if index.d != meta["dim"] or sorted(faiss.vector_to_array(index.id_map).tolist()) != sorted(ids):
             raise ValueError(f"memory index ({index.ntotal} vectors of dim {index.d}) does not match its "
                              f"{len(ids)} blocks of dim {meta['dim']}")
-        mem = cls(meta["dim"], ram_mb, disk_mb, disk_dir)
+        mem = cls(meta["dim"], ram_mb, disk_mb, disk_dir, **options)
         with mem._lock:
             mem._index = index
             mem._dropped = meta["dropped"]
@@ -158,51 +273,120 @@ class LongTermMemory:
                 block = _read_block(in_dir / e["file"])
                 if block.id != e["id"]:
                     raise ValueError(f"{e['file']} holds block {block.id}, expected {e['id']}")
-                mem._ram[block.id] = block
-                mem._meta[block.id] = (e["t_start_s"], e["t_end_s"])
-                bisect.insort(mem._starts, (e["t_start_s"], block.id))
-                mem._ram_used += block.nbytes
-                while mem._ram_used > mem.ram_bytes and mem._ram:
-                    mem._spill(next(iter(mem._ram)))
-                while mem._disk_used > mem.disk_bytes and mem._disk:
-                    mem._drop(next(iter(mem._disk)))
+                mem._insert(block, (e["t_start_s"], e["t_end_s"]))
+            if mem._ram_used > mem.ram_bytes:
+                mem._start_spiller()
+                mem._changed.notify_all()
+        mem.flush()
         return mem
 
-    # -- with _lock held ---------------------------------------------------------------------------------
-    def _spill(self, block_id: int) -> None:
-        block = self._ram[block_id]
-        path = self.disk_dir / f"block_{block_id:09d}.safetensors"
-        _write_block(block, path)  # first: if writing fails, the block stays in RAM and nothing is lost
-        size = path.stat().st_size
-        del self._ram[block_id]
-        self._ram_used -= block.nbytes
-        self._disk[block_id] = (path, size)
-        self._disk_used += size
+    # -- internals ----------------------------------------------------------------------------------------
+    def _stored(self, block_id: int) -> StoredBlock:
+        with self._lock:
+            stored = self._ram.get(block_id)
+            spilled = self._disk.get(block_id)
+        if stored is None and spilled is None:
+            raise KeyError(f"block {block_id} is not in memory (dropped or never stored)")
+        if stored is None:
+            try:
+                stored = StoredBlock.from_record(self._read_record(*spilled))
+            except FileNotFoundError:  # its shard was deleted under the disk cap since the lookup
+                raise KeyError(f"block {block_id} was dropped from memory") from None
+        return stored
 
-    def _drop(self, block_id: int) -> None:
-        path, size = self._disk.pop(block_id)
-        path.unlink(missing_ok=True)
-        self._disk_used -= size
-        self._index.remove_ids(np.array([block_id], dtype=np.int64))
-        start, _ = self._meta.pop(block_id)
-        self._starts.remove((start, block_id))
-        self._dropped += 1
+    def _read_record(self, shard: int, offset: int, length: int) -> bytes:
+        with open(self.disk_dir / f"shard_{shard:06d}.bin", "rb") as f:
+            f.seek(offset)
+            data = f.read(length)
+        if len(data) != length:
+            raise FileNotFoundError(f"shard {shard} ends before the record at {offset}")
+        return data
+
+    def _insert(self, stored: StoredBlock, span: tuple[float, float] | None = None) -> None:  # _lock held
+        self._ram[stored.id] = stored
+        self._meta[stored.id] = span or (stored.t_start_s, stored.t_end_s)
+        bisect.insort(self._starts, (self._meta[stored.id][0], stored.id))
+        self._ram_used += stored.nbytes
+
+    def _start_spiller(self) -> None:  # _lock held
+        if self._spiller is None:
+            self._spiller = threading.Thread(target=self._spill_loop, name="streamvid-spill", daemon=True)
+            self._spiller.start()
+
+    def _raise_spill_error(self) -> None:
+        if self._spill_error is not None:
+            raise RuntimeError(f"spilling memory blocks to {self.disk_dir} failed: {self._spill_error!r}") \
+                from self._spill_error
+
+    def _spill_loop(self) -> None:
+        """The spill thread: the oldest RAM block -> a record appended to the open shard (outside the lock) ->
+        moved from RAM to disk (under the lock); then the disk cap."""
+        try:
+            while True:
+                with self._lock:
+                    self._changed.wait_for(lambda: self._closing or (self._ram_used > self.ram_bytes and self._ram))
+                    if self._closing:
+                        return
+                    stored = next(iter(self._ram.values()))
+                    if self._open_shard is None:
+                        self._open_shard = self._next_shard
+                        self._next_shard += 1
+                        self._shards[self._open_shard] = _Shard(self.disk_dir / f"shard_{self._open_shard:06d}.bin")
+                    shard_no, shard = self._open_shard, self._shards[self._open_shard]
+                    offset = shard.size
+                    self._spilling = True
+                # IO outside the lock; only this thread appends to a shard
+                data = stored.record()
+                with open(shard.path, "ab") as f:
+                    f.write(data)
+                with self._lock:
+                    shard.size += len(data)
+                    shard.live += 1
+                    self._disk_used += len(data)
+                    del self._ram[stored.id]
+                    self._ram_used -= stored.nbytes
+                    self._disk[stored.id] = (shard_no, offset, len(data))
+                    if shard.size >= self.shard_bytes:
+                        self._open_shard = None
+                    dead = self._drop_over_cap()
+                for path in dead:  # files of dropped blocks only: nothing refers to them any more
+                    path.unlink(missing_ok=True)
+                with self._lock:
+                    self._spilling = False
+                    self._changed.notify_all()
+        except BaseException as e:  # noqa: BLE001 - re-raised to the caller by add / flush
+            with self._lock:
+                self._spill_error = e
+                self._spilling = False
+                self._changed.notify_all()
+
+    def _drop_over_cap(self) -> list[Path]:  # _lock held
+        """Drop the oldest spilled blocks until the shards fit `disk_bytes`; returns shard files to delete."""
+        dead = []
+        while self._disk_used > self.disk_bytes and self._disk:
+            block_id = next(iter(self._disk))
+            shard_no, _, _ = self._disk.pop(block_id)
+            self._index.remove_ids(np.array([block_id], dtype=np.int64))
+            start, _ = self._meta.pop(block_id)
+            self._starts.remove((start, block_id))
+            self._dropped += 1
+            shard = self._shards[shard_no]
+            shard.live -= 1
+            if shard.live == 0:
+                del self._shards[shard_no]
+                self._disk_used -= shard.size
+                if self._open_shard == shard_no:
+                    self._open_shard = None
+                dead.append(shard.path)
+        return dead
 
 
-def _write_block(block: Block, path: Path) -> None:
-    tensors = {f"k{i}": k.detach().cpu().contiguous() for i, k in enumerate(block.keys)}
-    tensors |= {f"v{i}": v.detach().cpu().contiguous() for i, v in enumerate(block.values)}
-    tensors["vector"] = torch.from_numpy(block.vector.copy())
-    meta = {"id": block.id, "t_start_s": block.t_start_s, "t_end_s": block.t_end_s,
-            "pos_start": block.pos_start, "pos_span": block.pos_span, "n_layers": len(block.keys)}
-    save_file(tensors, str(path), metadata={"block": json.dumps(meta)})
+def _write_block(block: Block | StoredBlock, path: Path, kind: str = "float") -> None:
+    """One block as a .safetensors file (a Block is stored as `kind`; a StoredBlock as it is)."""
+    stored = block if isinstance(block, StoredBlock) else StoredBlock.of(block, kind)
+    Path(path).write_bytes(stored.record())
 
 
-def _read_block(path: Path) -> Block:
-    with safe_open(str(path), framework="pt") as f:
-        meta = json.loads(f.metadata()["block"])
-        tensors = {name: f.get_tensor(name) for name in f.keys()}
-    n = meta["n_layers"]
-    return Block(id=meta["id"], t_start_s=meta["t_start_s"], t_end_s=meta["t_end_s"],
-                 keys=tuple(tensors[f"k{i}"] for i in range(n)), values=tuple(tensors[f"v{i}"] for i in range(n)),
-                 pos_start=meta["pos_start"], pos_span=meta["pos_span"], vector=tensors["vector"].numpy())
+def _read_block(path: Path) -> StoredBlock:
+    """A block file written by `_write_block` (or a record copied out of a shard); `.to_block()` expands it."""
+    return StoredBlock.from_record(Path(path).read_bytes())

@@ -287,7 +287,7 @@ class ReasoningWorker:
         window = [] if at_times and retrieved else snap.blocks
         context = layout(snap.sinks, retrieved, window, self.adapter.positions)
         prompt = self.adapter.prompt(q.text, list(self.dialogue))
-        t0 = time.perf_counter()
+        t0 = q.asked_s  # TTFT counts from the question's arrival: waiting in the queue, retrieval and layout too
         ttft = None
         pieces: list[str] = []
         for piece in self.adapter.generate(context, prompt, self.config.max_new_tokens, self.stop):
@@ -342,11 +342,11 @@ class ReasoningWorker:
             ids = [i for i, _ in self.memory.search(self.adapter.question_vector(q.text), k)]
         in_window = {b.id for b in snap.blocks}  # evicted after the snapshot was taken: already in the context
         unique = [i for i in dict.fromkeys(ids) if i not in in_window][:k]
-        device = snap.sinks.keys[0].device
+        devices = [k.device for k in snap.sinks.keys]  # one per layer (a device_map may spread them)
         blocks = []
         for i in unique:
             try:
-                blocks.append(self.memory.load(i, device))
+                blocks.append(self.memory.load(i, devices))
             except KeyError:  # dropped by ingest (disk cap) since the search: answer without it
                 continue
         return blocks, bool(times)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -21,6 +22,7 @@ class Question:
     id: str
     text: str
     t_s: float  # stream time at which it was asked
+    asked_s: float = field(default_factory=time.perf_counter)  # wall clock (perf_counter) when it arrived: TTFT's 0
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,8 @@ def test_run_prints_an_answer_per_ask_and_stats(tiny_model_dir):
     assert answers[1]["retrieved_blocks"], "the 00:02 question retrieves the evicted blocks at that time"
     stats = lines[-1]
     assert stats["type"] == "stats" and stats["frames_in"] >= 29 and stats["frames_dropped"] == 0
+    budget = [line for line in p.stderr.splitlines() if "window 60 tokens" in line]
+    assert len(budget) == 1 and "per token" in budget[0] and "memory (int8" in budget[0], p.stderr
     assert stats["blocks_in_memory"] > 0 and stats["window_tokens"] <= 60
 
 

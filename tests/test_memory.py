@@ -1,4 +1,4 @@
-"""Long-term memory: FAISS search, spill to safetensors, disk cap, time lookups."""
+"""Long-term memory: FAISS search, spill to shard files on the spill thread, disk cap, time lookups."""
 
 from __future__ import annotations
 
@@ -32,13 +32,14 @@ def test_search_finds_the_matching_block():
 
 def test_spill_to_disk_round_trips_exactly(tmp_path):
     one = block(0).nbytes
-    mem = LongTermMemory(DIM, ram_mb=3.5 * one / 2**20, disk_dir=tmp_path)
+    mem = LongTermMemory(DIM, ram_mb=3.5 * one / 2**20, disk_dir=tmp_path, kv="float")
     blocks = [block(i) for i in range(10)]
     for b in blocks:
         mem.add(b)
+    mem.flush()
     stats = mem.stats()
     assert stats.blocks == 10 and stats.blocks_in_ram == 3 and stats.blocks_on_disk == 7
-    assert len(list(tmp_path.rglob("*.safetensors"))) == 7
+    assert len(list(tmp_path.rglob("shard_*.bin"))) == 1, "spilled blocks share one shard file"
     for b in (blocks[0], blocks[9]):  # one spilled, one in RAM
         got = mem.load(b.id)
         assert (got.t_start_s, got.pos_start, got.pos_span) == (b.t_start_s, b.pos_start, b.pos_span)
@@ -48,12 +49,15 @@ def test_spill_to_disk_round_trips_exactly(tmp_path):
 
 def test_disk_cap_drops_oldest_from_storage_and_index(tmp_path):
     one = block(0).nbytes
-    mem = LongTermMemory(DIM, ram_mb=1.5 * one / 2**20, disk_mb=3.5 * one / 2**20, disk_dir=tmp_path)
+    mem = LongTermMemory(DIM, ram_mb=1.5 * one / 2**20, disk_mb=3.5 * one / 2**20, disk_dir=tmp_path, kv="float")
     blocks = [block(i) for i in range(10)]
     for b in blocks:
         mem.add(b)
+    mem.flush()
     stats = mem.stats()
     assert stats.dropped > 0 and stats.disk_mb * 2**20 <= 3.5 * one + 4096 * stats.blocks_on_disk
+    on_disk = sum(p.stat().st_size for p in tmp_path.rglob("shard_*.bin"))
+    assert on_disk == stats.disk_mb * 2**20, "dropped shards are deleted; the count is the files' size"
     with pytest.raises(KeyError, match="block 0"):
         mem.load(0)
     assert all(i != 0 for i, _ in mem.search(blocks[0].vector, 10))

@@ -17,6 +17,7 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
+    from streamvid.budget import KVShape
     from streamvid.positions import RopePositions
 
 
@@ -57,6 +58,10 @@ class VideoLLMAdapter(Protocol):
     index_dim: int
     frames_per_chunk_multiple: int  # chunks must hold a multiple of this many frames (the temporal patch)
     uses_stream_time: bool  # encode_chunk writes the chunk's stream time (t_start_s) into its tokens
+    kv_shape: KVShape  # layers, KV heads, head dim and dtype bytes of the cache (budget.py)
+    device: torch.device  # where inputs go (the input embeddings' device)
+
+    def tokens_per_chunk(self, height: int, width: int, frames: int) -> int: ...
 
     def encode_text(self, text: str, past: Context | None) -> Encoded: ...
 
@@ -115,12 +120,28 @@ def read_config(model: str) -> dict:
     try:
         path = cached_file(model, "config.json")
     except OSError as e:
-        kind = "directory" if Path(model).exists() else "model id (no hub access here: pass a local directory)"
+        kind = "directory" if Path(model).exists() else "model id (check the id, or the network / hub cache)"
         raise ValueError(f"cannot load model {model!r} as a {kind}: {str(e).splitlines()[0]}") from e
     return json.loads(Path(path).read_text())
 
 
-def load_adapter(model: str, device: str = "cpu", dtype: str = "auto", index_layer: int = 0) -> VideoLLMAdapter:
+def load_adapter(model: str, device: str = "cpu", dtype: str = "auto", index_layer: int | None = None,
+                 **options) -> VideoLLMAdapter:
     """Load a checkpoint (HF id or local directory) behind the adapter that supports its architecture, chosen
-    from its config.json (`REGISTRY`); an unsupported one is refused with the list of supported ones."""
-    return adapter_class(read_config(model))(model, device=device, dtype=dtype, index_layer=index_layer)
+    from its config.json (`REGISTRY`); an unsupported one is refused with the list of supported ones.
+    `options`: `device_map` ("auto": accelerate spreads a checkpoint that does not fit one device), `attn`
+    ("auto", "sdpa", "flash_attention_2", "eager"). `index_layer` None: the default for the checkpoint
+    (`retrieval.default_index_layer`)."""
+    config = read_config(model)
+    cls = adapter_class(config)  # an unsupported architecture is refused first
+    if index_layer is None:
+        from streamvid.retrieval import default_index_layer
+
+        index_layer = default_index_layer(config, model)
+    return cls(model, device=device, dtype=dtype, index_layer=index_layer, **options)
+
+
+def adapter_for(config) -> VideoLLMAdapter:
+    """The adapter an `EngineConfig` asks for (model, device, dtype, index layer, device map, attention)."""
+    return load_adapter(config.model, config.device, config.dtype, config.index_layer, device_map=config.device_map,
+                        attn=config.attn)

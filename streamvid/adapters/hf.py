@@ -24,6 +24,7 @@ from transformers import AutoModelForImageTextToText, AutoProcessor, DynamicCach
 from transformers.utils import logging as hf_logging
 
 from streamvid.adapters.base import Context, Encoded
+from streamvid.budget import DTYPE_BYTES, KVShape
 from streamvid.positions import RopePositions
 
 SYSTEM_PROMPT = "You are a helpful assistant watching a live video stream. Answer briefly from what you saw."
@@ -51,23 +52,39 @@ class HFVideoAdapter:
     stop_tokens: tuple[str, ...] = ()  # tokens that end an answer, besides the tokenizer's eos
 
     def __init__(self, model: str, device: str = "cpu", dtype: str = "auto", index_layer: int = 0,
-                 trust_remote_code: bool = False):
+                 trust_remote_code: bool = False, device_map: str | None = None, attn: str = "auto",
+                 prebuilt: tuple | None = None):
+        """`model`: an HF id or checkpoint directory, loaded with `from_pretrained`; or, with `prebuilt`
+        (processor, model) already built (random_arch.py), only its name."""
         hf_logging.disable_progress_bar()
-        if dtype == "auto":
-            dtype = "bfloat16" if device.startswith("cuda") else "float32"
+        device = resolve_device(device)
+        dtype = resolve_dtype(dtype, device)
+        attn = resolve_attn(attn, device, dtype)
+        load = {"dtype": getattr(torch, dtype), "attn_implementation": attn, "trust_remote_code": trust_remote_code}
+        if device_map is not None:  # accelerate spreads the layers over the devices (and the host) that hold them
+            load["device_map"] = device_map
         try:
-            self.processor = AutoProcessor.from_pretrained(model, trust_remote_code=trust_remote_code)
-            self.model = AutoModelForImageTextToText.from_pretrained(
-                model, dtype=getattr(torch, dtype), trust_remote_code=trust_remote_code
-            )
+            if prebuilt is not None:
+                self.processor, self.model = prebuilt
+            else:
+                self.processor = AutoProcessor.from_pretrained(model, trust_remote_code=trust_remote_code)
+                self.model = AutoModelForImageTextToText.from_pretrained(model, **load)
         except OSError as e:
-            kind = "directory" if Path(model).exists() else "model id (no hub access here: pass a local directory)"
+            kind = "directory" if Path(model).exists() else "model id (check the id, or the network / hub cache)"
             raise ValueError(f"cannot load model {model!r} as a {kind}: {str(e).splitlines()[0]}") from e
+        except ImportError as e:  # device_map needs accelerate, flash_attention_2 needs flash-attn
+            raise ValueError(f"cannot load model {model!r}: {str(e).splitlines()[0]}") from e
+        self.attn = attn
         cfg = self.model.config
         if cfg.model_type not in self.model_types:
             raise ValueError(f"{type(self).__name__} loads {', '.join(self.model_types)}, got {cfg.model_type!r}")
-        self.model.to(device).eval()
-        self.device = torch.device(device)
+        if device_map is None:
+            self.model.to(device)
+        self.model.eval()
+        # where inputs go: the device of the input embeddings (with a device_map, each layer's cache stays on the
+        # device of its layer; blocks keep their tensors where they were made)
+        self.device = (self.model.get_input_embeddings().weight.device if device_map is not None
+                       else torch.device(device))
         self.dtype = getattr(torch, dtype)
         self.lock = threading.RLock()
         self.tokenizer = self.processor.tokenizer
@@ -83,6 +100,7 @@ class HFVideoAdapter:
         self._heads = text_cfg.num_attention_heads
         self._head_dim = getattr(text_cfg, "head_dim", None) or text_cfg.hidden_size // self._heads
         self.index_dim = self._kv_heads * self._head_dim
+        self.kv_shape = KVShape(n_layers, self._kv_heads, self._head_dim, DTYPE_BYTES[dtype])
         self.positions = RopePositions(self._lm.rotary_emb.inv_freq.detach().float().cpu(), self.position_axes)
         unk = self.tokenizer.unk_token_id
         stops = [self.tokenizer.convert_tokens_to_ids(t) for t in self.stop_tokens] + [self.tokenizer.eos_token_id]
@@ -105,6 +123,11 @@ class HFVideoAdapter:
     def chunk_inputs(self, frames: Sequence[np.ndarray], seconds_per_chunk: float,
                      t_start_s: float = 0.0) -> ChunkInputs:
         raise NotImplementedError
+
+    def tokens_per_chunk(self, height: int, width: int, frames: int) -> int:
+        """Tokens of one chunk of `frames` frames of height x width, as the processor turns them into tokens."""
+        blank = [np.zeros((height, width, 3), np.uint8)] * frames
+        return int(self.chunk_inputs(blank, 1.0).ids.shape[1])
 
     # ---- encoding ---------------------------------------------------------------------------------------
     def encode_text(self, text: str, past: Context | None = None) -> Encoded:
@@ -243,6 +266,44 @@ class HFVideoAdapter:
 
     def _to_model(self, x: torch.Tensor) -> torch.Tensor:
         return x.to(self.device, self.dtype) if x.is_floating_point() else x.to(self.device)
+
+
+def resolve_device(device: str) -> str:
+    """"auto": the first CUDA device when there is one, else the CPU; anything else as given ("cpu", "cuda:1")."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+
+
+def resolve_dtype(dtype: str, device: str) -> str:
+    """"auto": bfloat16 on a CUDA device that supports it (float16 on older ones), float32 elsewhere."""
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if dtype != "auto":
+        return dtype
+    if not device.startswith("cuda"):
+        return "float32"
+    return "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+
+
+ATTN = ("auto", "sdpa", "flash_attention_2", "eager")
+
+
+def resolve_attn(attn: str, device: str, dtype: str) -> str:
+    """"auto": flash-attention 2 on CUDA in bfloat16/float16 when the flash-attn package is installed, else
+    PyTorch's scaled-dot-product attention (SDPA)."""
+    import importlib.util
+
+    if attn not in ATTN:
+        raise ValueError(f"attn must be one of {', '.join(ATTN)}, got {attn!r}")
+    if attn != "auto":
+        return attn
+    if device.startswith("cuda") and dtype != "float32" and importlib.util.find_spec("flash_attn") is not None:
+        return "flash_attention_2"
+    return "sdpa"
 
 
 class ChatMLAdapter(HFVideoAdapter):

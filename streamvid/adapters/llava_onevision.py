@@ -26,9 +26,9 @@ class LlavaVideoAdapter(HFVideoAdapter):
     chunk_text_suffix = ""  # text after each chunk's video tokens, as the chat template writes it after a video
 
     def __init__(self, model: str, device: str = "cpu", dtype: str = "auto", index_layer: int = 0,
-                 trust_remote_code: bool = False):
+                 trust_remote_code: bool = False, **options):
         super().__init__(model, device=device, dtype=dtype, index_layer=index_layer,
-                         trust_remote_code=trust_remote_code)
+                         trust_remote_code=trust_remote_code, **options)
         self._video_token = self.processor.video_token
         self._video_pad = self.model.config.video_token_id
 

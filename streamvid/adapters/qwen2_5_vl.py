@@ -25,9 +25,9 @@ class QwenVLAdapter(ChatMLAdapter):
     position_axes = 3
 
     def __init__(self, model: str, device: str = "cpu", dtype: str = "auto", index_layer: int = 0,
-                 trust_remote_code: bool = False):
+                 trust_remote_code: bool = False, **options):
         super().__init__(model, device=device, dtype=dtype, index_layer=index_layer,
-                         trust_remote_code=trust_remote_code)
+                         trust_remote_code=trust_remote_code, **options)
         cfg = self.model.config
         self.frames_per_chunk_multiple = int(self.video_processor.temporal_patch_size)
         self._vision_start = cfg.vision_start_token_id

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from streamvid.adapters.base import VideoLLMAdapter, load_adapter
+from streamvid.adapters.base import VideoLLMAdapter, adapter_for
 from streamvid.app.inputs import InputPolicy, Target
 from streamvid.assistant import BusyError, StreamingAssistant
 from streamvid.config import EngineConfig
@@ -541,7 +541,7 @@ class SessionManager:
             raise ValueError(f"expected max_sessions >= 1, idle_timeout_s > 0 and reap_every_s > 0, got "
                              f"{max_sessions}, {idle_timeout_s}, {reap_every_s}")
         self.config, self.policy = config, policy
-        self.adapter = adapter or load_adapter(config.model, config.device, config.dtype, config.index_layer)
+        self.adapter = adapter or adapter_for(config)
         self.max_sessions, self.idle_timeout_s = max_sessions, idle_timeout_s
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()

@@ -228,10 +228,10 @@ class EpisodeWorker:
     """One loaded model running whole episodes; the unit of work of a Ray actor (`--ray`)."""
 
     def __init__(self, config: EngineConfig) -> None:
-        from streamvid.adapters.base import load_adapter
+        from streamvid.adapters.base import adapter_for
 
         self.config = config
-        self.adapter = load_adapter(config.model, config.device, config.dtype, config.index_layer)
+        self.adapter = adapter_for(config)
 
     def run(self, ep: dict, mode: str) -> list[dict]:
         return run_episode(ep, self.config, self.adapter, mode)

@@ -88,11 +88,11 @@ def _question_text(event: dict) -> str:
 
 
 def run_episodes(episodes: list[dict], config: EngineConfig, trace_path: str | Path) -> None:
-    from streamvid.adapters.base import load_adapter
+    from streamvid.adapters.base import adapter_for
     from streamvid.assistant import StreamingAssistant
     from streamvid.sources import FileSource
 
-    adapter = load_adapter(config.model, config.device, config.dtype, config.index_layer)
+    adapter = adapter_for(config)
     config = config.replace(dialogue_turns=0)  # benchmark questions stand alone
     with open(trace_path, "w") as trace:
         for ep in episodes:
