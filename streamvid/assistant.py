@@ -284,7 +284,8 @@ class StreamingAssistant:
             else:
                 try:
                     memory = LongTermMemory.restore(snap.memory_dir, self.config.memory_ram_mb,
-                                                    self.config.memory_disk_mb, self.config.memory_dir)
+                                                    self.config.memory_disk_mb, self.config.memory_dir,
+                                                    kv=self.config.memory_kv, keep=self.config.memory_keep)
                 except (ValueError, KeyError, OSError, RuntimeError) as e:
                     raise session_store.SnapshotError(
                         f"session {directory} is damaged: its long-term memory cannot be read ({e}); remove the "

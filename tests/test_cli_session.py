@@ -8,10 +8,13 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from test_cli import run, world_mp4
+
+from streamvid import session_store
 
 
 def _lines(p: subprocess.CompletedProcess) -> list[dict]:
@@ -78,3 +81,30 @@ def test_interrupting_a_live_run_prints_the_stats_line_and_saves(tiny_model_dir,
     assert stats["type"] == "stats" and stats["interrupted"] is True and 0 < stats["frames_in"] < 60
     assert stats["session_saved"]["stream_t_s"] > 1.0
     assert (session / "session.json").is_file()
+
+
+def test_autosave_keeps_a_killed_live_run(tiny_model_dir, adapter, tmp_path):
+    from streamvid.assistant import StreamingAssistant
+
+    session = tmp_path / "s"
+    p = subprocess.Popen([sys.executable, "-m", "streamvid.cli", "run", str(world_mp4()), "--realtime",
+                          "--model", str(tiny_model_dir), "--fps", "2", "--window-tokens", "60",
+                          "--session", str(session), "--autosave-s", "0.5"],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    try:
+        deadline = time.monotonic() + 120
+        saved_t_s = 0.0
+        while saved_t_s < 2.0 and time.monotonic() < deadline and p.poll() is None:
+            if (session / "session.json").is_file():
+                saved_t_s = session_store.read_meta(session)["stream_t_s"]
+            time.sleep(0.1)
+        assert saved_t_s >= 2.0, "autosaves came while the run was going"
+        p.send_signal(signal.SIGKILL)
+        p.wait(timeout=60)
+    finally:
+        p.kill()
+        p.stderr.close()
+    resumed = StreamingAssistant.resume(session, adapter=adapter)
+    assert resumed.stream_t_s >= saved_t_s and resumed.ingest.next_block_id > 0
+    resumed.stop()
