@@ -92,8 +92,10 @@ class IngestWorker:
                 if self.memory is not None:
                     self.memory.add(old)  # compacted, then copied to the host (memory.StoredBlock.of)
             snap = self.window.snapshot()
-            if snap.next_pos > self.config.rebase_after_pos and snap.blocks[0].pos_start > snap.sinks.pos_span:
-                self.window.rebase(self.adapter.positions.move)
+            # room before the window for the retrieved blocks of an answer (twice the largest block, per block)
+            room = 2 * self.config.memory_top_k * max(b.pos_span for b in snap.blocks)
+            if snap.next_pos > self.config.rebase_after_pos and snap.blocks[0].pos_start > snap.sinks.pos_span + room:
+                self.window.rebase(self.adapter.positions.move, room)
         self.blocks_encoded += 1
         self.encode_s += time.perf_counter() - t0
         if self.on_block is not None:

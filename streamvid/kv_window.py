@@ -102,10 +102,11 @@ class KVWindow:
             return self._tokens > self.budget_tokens
         return self._blocks[-1].t_end_s - self._blocks[0].t_start_s > self.budget_s + 1e-6
 
-    def rebase(self, move: Callable[[Block, int], Block]) -> None:
-        """Move all blocks so the oldest starts right after the sinks (keeps positions bounded).
-        The keys are re-rotated outside the lock (ingest is the only writer); only the swap is locked."""
-        pos = self._sinks.pos_start + self._sinks.pos_span
+    def rebase(self, move: Callable[[Block, int], Block], room: int = 0) -> None:
+        """Move all blocks so the oldest starts `room` positions after the sinks (keeps positions bounded; the
+        room is where answers place retrieved blocks, positions.layout). The keys are re-rotated outside the lock
+        (ingest is the only writer); only the swap is locked."""
+        pos = self._sinks.pos_start + self._sinks.pos_span + room
         moved = []
         for block in self._blocks:
             moved.append(move(block, pos))

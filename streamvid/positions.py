@@ -9,8 +9,9 @@ RoPE language model (Qwen2, Llama), where the same rotation holds with one posit
 that policy for one adapter: how its position ids look and how its blocks move.
 
 Over an unbounded stream positions would grow without bound; `rebase` moves the window's blocks back so they
-start right after the sinks. Answer contexts are laid out contiguously by `layout`: sinks, retrieved blocks in
-time order, then the recent window, so retrieved memory sits before the window at consistent positions.
+start a little after the sinks (room for retrieved blocks). Answer contexts are laid out contiguously by `layout`:
+sinks, retrieved blocks in time order, then the recent window, so retrieved memory sits before the window at
+consistent positions; the sinks and retrieved blocks are moved to just before the window, which stays put.
 """
 
 from __future__ import annotations
@@ -85,13 +86,33 @@ def move_block(block: Block, pos_start: int, inv_freq: RopePositions | torch.Ten
 
 def layout(sinks: Block, retrieved: Sequence[Block], window: Sequence[Block],
            inv_freq: RopePositions | torch.Tensor) -> Context:
-    """Concatenate sinks, retrieved blocks (time order) and window blocks at contiguous positions."""
+    """Concatenate sinks, retrieved blocks (time order) and window blocks at contiguous positions.
+
+    The few are moved, not the many: the window keeps its positions and the sinks and retrieved blocks are placed
+    right before it, when there is room (the window starts at or after sinks + retrieved; ingest's rebase leaves
+    that room). Otherwise everything is laid out from the sinks' own position, which moves the window. Either way
+    the positions are contiguous, and two layouts of the same blocks differ only by a uniform shift of every
+    position (the question's too, which starts at `next_pos`), which RoPE attention does not see."""
+    ordered = sorted(retrieved, key=lambda b: b.t_start_s)
+    before = sinks.pos_span + sum(b.pos_span for b in ordered)
+    if window and window[0].pos_start >= before and _contiguous(window):
+        pos = window[0].pos_start - before
+        placed = []
+        for block in [sinks, *ordered]:
+            placed.append(move_block(block, pos, inv_freq))
+            pos += block.pos_span
+        end = window[-1].pos_start + window[-1].pos_span
+        return concat([*placed, *window], end)
     pos = sinks.pos_start + sinks.pos_span
     placed = [sinks]
-    for block in [*sorted(retrieved, key=lambda b: b.t_start_s), *window]:
+    for block in [*ordered, *window]:
         placed.append(move_block(block, pos, inv_freq))
         pos += block.pos_span
     return concat(placed, pos)
+
+
+def _contiguous(blocks: Sequence[Block]) -> bool:
+    return all(a.pos_start + a.pos_span == b.pos_start for a, b in zip(blocks, blocks[1:]))
 
 
 def concat(blocks: Sequence[Block], next_pos: int) -> Context:

@@ -260,8 +260,9 @@ def test_retrieval_brings_a_planted_block_into_the_context(fam):
     context = spy.calls[-1][0]
     at = _contains(context, planted)
     assert at == sa.window.snapshot().sinks.n_tokens  # right after the sinks, before the window
-    placed = fam.positions.move(planted, sa.window.snapshot().sinks.pos_span)
-    for layer, keys in enumerate(placed.keys):  # its KV, re-rotated to where it sits
+    window_span = sum(b.pos_span for b in sa.window.snapshot().blocks)  # contiguous, the window last
+    placed = fam.positions.move(planted, context.next_pos - window_span - planted.pos_span)
+    for layer, keys in enumerate(placed.keys):  # its KV, re-rotated to where it sits: just before the window
         assert torch.allclose(context.keys[layer][:, :, at:at + planted.n_tokens], keys, atol=TOL)
 
 

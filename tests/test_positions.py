@@ -61,12 +61,36 @@ def test_layout_places_blocks_contiguously_in_time_order(adapter):
     window = [move_block(b, b.pos_start + 900, inv) for b in window[1:]]
     ctx = layout(sinks, [blocks[2], old], window, inv)
     assert ctx.n_tokens == sum(b.n_tokens for b in (sinks, old, blocks[2], *window))
-    assert ctx.next_pos == sinks.pos_span + sum(b.pos_span for b in (old, blocks[2], *window))
-    # the window's relative positions are kept: identical to encoding at contiguous positions after the memory
-    expected = move_block(window[0], sinks.pos_span + old.pos_span + blocks[2].pos_span, inv)
+    span = sum(b.pos_span for b in (sinks, old, blocks[2], *window))
+    assert ctx.next_pos == window[-1].pos_start + window[-1].pos_span, "the window stays where it is"
+    # sinks and retrieved blocks (time order) just before it: contiguous positions ending at next_pos
+    expected = move_block(old, ctx.next_pos - span + sinks.pos_span, inv)
+    assert torch.allclose(ctx.keys[0][:, :, sinks.n_tokens:sinks.n_tokens + old.n_tokens], expected.keys[0],
+                          atol=TOL)
     offset = sinks.n_tokens + old.n_tokens + blocks[2].n_tokens
-    assert torch.allclose(ctx.keys[0][:, :, offset:offset + expected.n_tokens], expected.keys[0], atol=TOL)
+    assert torch.equal(ctx.keys[0][:, :, offset:offset + window[0].n_tokens], window[0].keys[0]), "window not moved"
 
+
+def test_layout_before_the_window_answers_as_the_contiguous_layout_from_zero(adapter):
+    """Moving sinks and retrieved blocks to just before the window (the window untouched) gives the same question
+    logits as laying everything out from position 0 (the window moved back): a uniform shift of all positions."""
+    blocks = _encode_stream(adapter, offset=0, n_chunks=5)
+    sinks, a, b, *window = blocks
+    inv = adapter.rope_inv_freq
+    window = [move_block(w, w.pos_start + 3000, inv) for w in window]
+    ctx = layout(sinks, [b, a], window, inv)
+    pos, placed = sinks.pos_span, [sinks]
+    for block in (a, b, *window):  # the reference: everything contiguous from the sinks, window moved
+        placed.append(move_block(block, pos, inv))
+        pos += block.pos_span
+    reference = concat(placed, pos)
+    assert ctx.next_pos == window[-1].pos_start + window[-1].pos_span != reference.next_pos
+    assert torch.allclose(_question_logits(adapter, ctx), _question_logits(adapter, reference), atol=TOL)
+    # no room before the window (it starts right after the sinks): everything is laid out from the sinks
+    tight = [move_block(w, w.pos_start - window[0].pos_start + sinks.pos_span, inv) for w in window]
+    ctx2 = layout(sinks, [b, a], tight, inv)
+    assert ctx2.next_pos == reference.next_pos
+    assert torch.allclose(_question_logits(adapter, ctx2), _question_logits(adapter, reference), atol=TOL)
 
 
 @pytest.mark.parametrize("moves", [1, 10, 200])
