@@ -5,6 +5,7 @@
     streamvid demo [--model M] [--video V] [--host 127.0.0.1] [--port 7860] [--auth USER:PASS]
     streamvid score EPISODES.jsonl... [--model M] [--out DIR] [--mode native|replay] [--resume] [--from-trace TRACE]
                     [--memory-top-k K] [--no-plots] [--ray [ADDRESS]] [--ray-workers N] [--judge MODEL]
+    streamvid bench [--quick] [--json] [--arch tiny|3b|7b] [--layers N] [--device D] [--dtype D] [--out DIR]
     streamvid convert ovo-bench|streamingbench|rvs|proactivevideoqa|svbench FILE... --videos DIR --out EPISODES.jsonl
     streamvid synth --seed S --minutes N --out DIR
     streamvid train-tiny --out models/streamvid-tiny [--seed S] [--steps N] [--time-budget-min M]
@@ -249,6 +250,23 @@ def cmd_score(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    _hub_for(None)  # the bundled model, or an architecture built from its config: nothing to download
+    from streamvid.bench import BenchConfig, run_bench, summary, write
+
+    changes = {"arch": args.arch, "layers": args.layers, "device": args.device, "dtype": args.dtype,
+               "frame_px": args.frame_px}
+    changes |= {k: v for k, v in (("minutes", tuple(args.minutes) if args.minutes else None),
+                                  ("interference_s", args.interference_s), ("repeats", args.repeats),
+                                  ("questions", args.questions)) if v is not None}
+    cfg = BenchConfig.quick(**changes) if args.quick else BenchConfig(**changes)
+    report = run_bench(cfg, log=lambda msg: print(msg, file=sys.stderr, flush=True))
+    if args.out is not None:
+        print(f"streamvid bench: wrote {write(report, args.out)}", file=sys.stderr)
+    _print(summary(report) if args.json else {**report, "summary": summary(report)})
+    return 0
+
+
 def cmd_convert(args: argparse.Namespace) -> int:
     from streamvid.eval.convert import write
 
@@ -394,6 +412,22 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--max-new-tokens", type=int, default=16)
     _engine_args(sc, d)
     sc.set_defaults(func=cmd_score)
+
+    bn = sub.add_parser("bench", help="ingest rate, TTFT against stream length, memory, re-encoding baseline")
+    bn.add_argument("--quick", action="store_true", help="streams of 1, 5 and 30 minutes (a few minutes on a CPU)")
+    bn.add_argument("--json", action="store_true", help="print only the summary object")
+    bn.add_argument("--arch", choices=("tiny", "3b", "7b"), default="tiny",
+                    help="tiny: the bundled model; 3b / 7b: Qwen2.5-VL architectures with random weights")
+    bn.add_argument("--layers", type=int, default=None, help="3b / 7b with N decoder layers (and vision blocks)")
+    bn.add_argument("--device", default="auto")
+    bn.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float16", "float32"))
+    bn.add_argument("--frame-px", type=int, default=None, help="frame size (default 112 for tiny, 448 otherwise)")
+    bn.add_argument("--minutes", type=float, nargs="+", default=None, help="stream lengths at which TTFT is measured")
+    bn.add_argument("--interference-s", type=float, default=None, help="seconds of the live run")
+    bn.add_argument("--repeats", type=int, default=None, help="re-encoding runs per N")
+    bn.add_argument("--questions", type=int, default=None, help="questions per stream length")
+    bn.add_argument("--out", type=Path, default=None, help="write the full report to DIR/bench.json")
+    bn.set_defaults(func=cmd_bench)
 
     cv = sub.add_parser("convert", help="convert a benchmark's annotation files to stream episodes")
     cv.add_argument("benchmark", choices=("ovo-bench", "streamingbench", "rvs", "proactivevideoqa", "svbench"))

@@ -56,3 +56,17 @@ class QwenVLAdapter(ChatMLAdapter):
 
     def _chunk_token_ids(self, n_patches: int, per_patch: int, t_start_s: float, seconds_per_frame: float) -> list[int]:
         return [self._vision_start] + [self._video_pad] * (n_patches * per_patch) + [self._vision_end]
+
+    def offline_generate(self, frames: Sequence[np.ndarray], question: str, max_new_tokens: int,
+                         fps: float = 2.0) -> list[int]:
+        """What an offline video-LLM does per question: the system prompt, all `frames` as one video and the
+        question, prepared by the HF processor and decoded greedily by HF `generate` from an empty cache (the
+        re-encoding baseline of `streamvid bench`). Returns the generated token ids."""
+        text = f"{self.sink_text}<|vision_start|><|video_pad|><|vision_end|>{self.prompt(question)}"
+        inputs = self.processor(text=[text], videos=[np.stack(frames)], return_tensors="pt", do_sample_frames=False,
+                                videos_kwargs={"fps": fps, "cap_pixels_per_frame": True})
+        inputs = {k: self._to_model(v) if k.startswith("pixel_values") else v.to(self.device)
+                  for k, v in inputs.items()}
+        with self.lock, torch.inference_mode():
+            out = self.model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
+        return out[0, inputs["input_ids"].shape[1]:].tolist()
