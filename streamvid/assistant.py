@@ -183,10 +183,9 @@ class StreamingAssistant:
         Times T are the input's own (0 = its first frame); in a resumed session they sit at T + stream_offset_s
         of the session's clock, which answers report as t_s (and T as input_t_s).
         Returns answers, probe results, alerts and remarks in stream-time order (no token pieces)."""
-        pending = sorted([(t, user_text.clean(text), "answer") for t, text in questions_at] +
-                         [(t, user_text.clean(text), "probe") for t, text in probes_at] +
-                         [(t, user_text.clean(text, "condition"), "watch") for t, text in watches_at],
-                         key=lambda q: q[0])
+        pending = sorted([(t, text, "answer") for t, text in questions_at] +
+                         [(t, text, "probe") for t, text in probes_at] +
+                         [(t, text, "watch") for t, text in watches_at], key=lambda q: q[0])
         results: list[Output] = []
         self.ingest.source = source
 

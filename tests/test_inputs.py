@@ -23,6 +23,9 @@ from streamvid.eval.score import load_episodes
 from streamvid.reasoning import stream_times
 from streamvid.sources import PushSource, SyntheticSource
 
+# no per-example deadline anywhere: a loaded CI machine must not turn slow examples into failures
+settings.register_profile("streamvid", deadline=None)
+settings.load_profile("streamvid")
 ANY_TEXT = st.text(st.characters(exclude_categories=()), max_size=300)  # every code point, surrogates too
 SLOW = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
@@ -41,7 +44,7 @@ def test_clean_text_is_printable_bounded_and_idempotent(text):
         assert text.strip() == "" or not user_text._CONTROL.sub("", user_text._SURROGATE.sub("", text)).strip() \
             or len(text) > user_text.MAX_CHARS
         return
-    assert cleaned == cleaned.strip() and "  " not in cleaned and len(cleaned) <= user_text.MAX_CHARS
+    assert cleaned == cleaned.strip() and "\r" not in cleaned and len(cleaned) <= user_text.MAX_CHARS
     assert not user_text._CONTROL.search(cleaned) and not user_text._SURROGATE.search(cleaned)
     cleaned.encode("utf-8")  # any tokenizer can take it
     assert user_text.clean(cleaned) == cleaned
@@ -63,15 +66,19 @@ def test_unusable_questions_are_one_clear_error(adapter, text, error):
 
 def test_odd_but_usable_questions_are_answered(adapter):
     questions = ["What colour\x00 is the\x1b[31m circle?\r\n", "Welche Farbe hat 形 — لون الدائرة? 🙂 ๑๒๓",
-                 "a\ud800b?", "x" * 4000, "  What  is\ton screen?  "]
+                 "a\ud800b?", "x" * 4000, "  What  is\ton\r\nscreen?  "]
     sa = StreamingAssistant(_cfg(fps=2.0), adapter=adapter)
     frames = random_frames(8)
-    answers = sa.run_simulated(SyntheticSource(lambda i, t: frames[i], fps=2.0, n_frames=8),
-                               [(1.0 + i * 0.5, q) for i, q in enumerate(questions)])
+    sa.run_simulated(SyntheticSource(lambda i, t: frames[i], fps=2.0, n_frames=8), [])
+    out: list = []
+    for q in questions:
+        sa.ask(q)
+        assert sa.reasoning.work(out.append)
+    answers = [o for o in out if o.kind == "answer"]
     assert [a.data["question"] for a in answers] == [
-        "What colour is the [31m circle?", "Welche Farbe hat 形 — لون الدائرة? 🙂 ๑๒๓", "a b?", "x" * 4000,
-        "What is on screen?"]
-    assert all(a.kind == "answer" and a.data["tokens"] >= 1 for a in answers)
+        "What colour  is the [31m circle?", "Welche Farbe hat 形 — لون الدائرة? 🙂 ๑๒๓", "a b?", "x" * 4000,
+        "What  is\ton\nscreen?"]
+    assert all(a.data["tokens"] >= 1 for a in answers)
 
 
 @SLOW
