@@ -29,9 +29,17 @@ def rotate_keys(keys: torch.Tensor, delta: int, inv_freq: torch.Tensor) -> torch
     """keys (1, kv_heads, n, head_dim), rotated by RoPE at position p, -> the same keys at position p + delta."""
     if delta == 0:
         return keys
+    return _rotate(keys, *_rotation(delta, inv_freq))
+
+
+def _rotation(delta: int, inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin (head_dim,) float32 of a move by `delta` positions (angles in float64)."""
     angle = float(delta) * inv_freq.double()  # (head_dim / 2,)
-    cos = torch.cat([angle.cos(), angle.cos()]).to(keys.device, torch.float32)
-    sin = torch.cat([angle.sin(), angle.sin()]).to(keys.device, torch.float32)
+    return torch.cat([angle.cos(), angle.cos()]).float(), torch.cat([angle.sin(), angle.sin()]).float()
+
+
+def _rotate(keys: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    cos, sin = cos.to(keys.device), sin.to(keys.device)
     k = keys.float()
     half = k.shape[-1] // 2
     rotated_half = torch.cat([-k[..., half:], k[..., :half]], dim=-1)
@@ -79,8 +87,8 @@ def move_block(block: Block, pos_start: int, inv_freq: RopePositions | torch.Ten
     delta = pos_start - block.pos_start
     if delta == 0:
         return block
-    freq = _inv_freq(inv_freq)
-    keys = tuple(rotate_keys(k, delta, freq) for k in block.keys)
+    cos, sin = _rotation(delta, _inv_freq(inv_freq))  # once for all layers
+    keys = tuple(_rotate(k, cos, sin) for k in block.keys)
     return block.replace(keys=keys, pos_start=pos_start)
 
 

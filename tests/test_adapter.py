@@ -75,3 +75,25 @@ def test_load_errors_are_one_line(tmp_path, tiny_model_dir):
         QwenVLAdapter(str(tmp_path / "missing"))
     with pytest.raises(ValueError, match=r"index_layer must be in \[0, 2\), got 9"):
         QwenVLAdapter(str(tiny_model_dir), index_layer=9)
+
+
+@pytest.mark.parametrize("index_layer", [0, 1])
+def test_question_vector_runs_only_the_layers_up_to_the_index_layer(tiny_model_dir, index_layer):
+    """The question vector's forward stops at the index layer's q_proj: no later layer and no LM head run, and the
+    vector equals the mean of that q_proj's output over the question's tokens (heads averaged per KV group)."""
+    adapter = QwenVLAdapter(str(tiny_model_dir), index_layer=index_layer)
+    lm = adapter.model.model.language_model
+    ran: list[str] = []
+    hooks = [layer.register_forward_hook(lambda *_, i=i: ran.append(f"layer{i}")) for i, layer in enumerate(lm.layers)]
+    hooks.append(adapter.model.lm_head.register_forward_hook(lambda *_: ran.append("lm_head")))
+    captured = []
+    hooks.append(lm.layers[adapter.index_layer].self_attn.q_proj.register_forward_hook(
+        lambda _m, _i, out: captured.append(out.detach())))
+    try:
+        v = adapter.question_vector("What colour is the circle?")
+    finally:
+        for h in hooks:
+            h.remove()
+    assert ran == [f"layer{i}" for i in range(adapter.index_layer)], "layers after the index layer did not run"
+    q = captured[0][0].float().mean(0).view(adapter._kv_heads, -1, adapter._head_dim).mean(1).reshape(-1)
+    assert np.allclose(v, (q / q.norm()).numpy(), atol=1e-6)

@@ -66,6 +66,11 @@ def test_block_file_round_trip_and_per_layer_devices(tmp_path):
     stored = StoredBlock.of(b, "int8")
     _write_block(stored, tmp_path / "b.safetensors")
     again = _read_block(tmp_path / "b.safetensors")
+    from safetensors.torch import load_file  # the record is a valid safetensors file
+
+    loaded = load_file(tmp_path / "b.safetensors")
+    assert set(loaded) == set(stored.tensors) | {"vector"}
+    assert all(torch.equal(loaded[n], t) for n, t in stored.tensors.items())
     assert again.id == 3 and again.kind == "int8" and again.nbytes == stored.nbytes
     x, y = again.to_block(["cpu", "cpu", "cpu"]), stored.to_block("cpu")
     assert all(torch.equal(p, q) for p, q in zip(x.keys + x.values, y.keys + y.values))
