@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import torch
@@ -45,6 +47,8 @@ def test_spill_to_disk_round_trips_exactly(tmp_path):
         assert (got.t_start_s, got.pos_start, got.pos_span) == (b.t_start_s, b.pos_start, b.pos_span)
         assert all(torch.equal(x, y) for x, y in zip(got.keys + got.values, b.keys + b.values))
     assert mem.search(blocks[2].vector, 1)[0][0] == 2
+    mem.close()
+    assert not any(t.name == "streamvid-spill" for t in threading.enumerate()), "close() ends the spill thread"
 
 
 def test_disk_cap_drops_oldest_from_storage_and_index(tmp_path):
@@ -62,6 +66,7 @@ def test_disk_cap_drops_oldest_from_storage_and_index(tmp_path):
         mem.load(0)
     assert all(i != 0 for i, _ in mem.search(blocks[0].vector, 10))
     assert mem.ids_at(0.5) == []
+    mem.close()
 
 
 def test_ids_at_time():
