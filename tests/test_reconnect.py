@@ -188,3 +188,20 @@ def test_streamvid_run_on_a_url_that_drops_comes_back_by_itself(tiny_model_dir, 
     stats = json.loads(last)
     assert p.returncode == 130 and stats["type"] == "stats" and stats["interrupted"]
     assert stats["source_outages"] == 1 and stats["frames_in"] > 0
+
+
+def test_the_web_app_source_passes_the_events_through(server):
+    from streamvid.app.sessions import _Tap
+
+    tap = _Tap(LiveSource(server.url, fps=5.0, backoff_s=(0.1, 0.4)))
+    events: queue.Queue = queue.Queue()
+    tap.on_status = lambda event, t_s, info: events.put(event)  # what the assistant sets on the app's source
+    _read_n(tap, 3)
+    assert tap.last is not None
+    server.stop()
+    assert events.get(timeout=WAIT_S) == "source_lost"
+    server.start()
+    assert events.get(timeout=WAIT_S) == "source_back"
+    _read_n(tap, 3)
+    assert tap.outages == 1 and tap.lost_s > 0
+    tap.close()
