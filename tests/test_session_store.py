@@ -237,3 +237,13 @@ def test_kill_9_during_a_save_leaves_a_loadable_snapshot(tiny_model_dir, adapter
     # the next save cleans up what the killed one left behind
     resumed.save(directory)
     assert sorted(p.name for p in directory.iterdir() if p.is_dir()) == [_current(directory).name]
+
+
+def test_resuming_with_memory_off_warns_and_keeps_the_window(tiny_model_dir, adapter, saved, caplog):
+    directory, sa, _, _ = saved
+    resumed = StreamingAssistant.resume(directory, config=_cfg(tiny_model_dir).replace(memory_top_k=0),
+                                        adapter=adapter)
+    assert resumed.memory is None and "memory is off" in caplog.text
+    assert [b.id for b in resumed.window.snapshot().blocks] == [b.id for b in sa.window.snapshot().blocks]
+    assert resumed.stream_t_s == N1 / FPS
+    resumed.stop()
