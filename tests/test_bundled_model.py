@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 from streamvid.config import BUNDLED_MODEL, EngineConfig
-from streamvid.eval.metrics import score
 from streamvid.eval.score import load_episodes
 
 DEMO = BUNDLED_MODEL.parent.parent / "demo_videos" / "shapes_7"
@@ -31,24 +30,26 @@ ANSWER_TYPES = {
 }
 
 
-def test_answers_realtime_questions_on_a_demo_clip():
-    """Every realtime question of the first minute gets an answer of its family's kind; counts and colours, the
-    families this model answers best, are mostly right (models/streamvid-tiny/README.md has all scores)."""
-    from streamvid.assistant import StreamingAssistant
-    from streamvid.sources import FileSource
+def test_answers_a_demo_clip_through_the_engine(tmp_path):
+    """The whole demo episode (2 minutes, every question family, seed 7: not a training seed) through the engine
+    and the scorer, against the gold answers that the generator derives from the clip's timeline: questions about
+    now, yes/no probes and questions about what left the KV window long ago are mostly right, each answer of its
+    family's kind (models/streamvid-tiny/README.md has the held-out scores)."""
+    from streamvid.eval.score import score_files
 
+    report = score_files([DEMO / "episodes.jsonl"], EngineConfig(), tmp_path)
+    tasks = report["tasks"]
+
+    def share(*names):
+        return sum(tasks[n]["correct"] for n in names) / sum(tasks[n]["n"] for n in names)
+
+    assert share(*ANSWER_TYPES) >= 0.8, tasks
+    assert share("probe") >= 0.75, tasks
+    assert share("backward_colour", "backward_shape") >= 0.5, tasks
+    trace = [json.loads(line) for line in (tmp_path / "trace.jsonl").read_text().splitlines()]
     episode = load_episodes(DEMO / "episodes.jsonl")[0]
-    events = {e["id"]: e for e in episode["events"] if "id" in e}
-    realtime = [(events[e["ref"]], e) for e in episode["events"] if e["kind"] == "expected_answer"
-                and events[e["ref"]]["task"] in ANSWER_TYPES and events[e["ref"]]["t"] <= 60]
-    assert len(realtime) >= 8
-    cfg = EngineConfig(max_new_tokens=12)
-    with StreamingAssistant(cfg) as sa:
-        answers = sa.run_simulated(FileSource(episode["video"]["path"], fps=cfg.fps),
-                                   [(q["t"], q["text"]) for q, _ in realtime])
-    for answer, (q, _) in zip(answers, realtime):
-        assert answer.text in ANSWER_TYPES[q["task"]], (q["text"], answer.text)
-    for task, share in (("realtime_count", 0.75), ("realtime_colour", 0.5)):
-        right = [score(a.text, gold["gold"]["text"], gold["scorer"])
-                 for a, (q, gold) in zip(answers, realtime) if q["task"] == task]
-        assert len(right) >= 3 and sum(right) >= share * len(right), (task, right)
+    family = {e["id"]: e["task"] for e in episode["events"] if e["kind"] == "user_query"}
+    answered = [row for row in trace if row["type"] == "answer" and family.get(row["event_id"]) in ANSWER_TYPES]
+    assert len(answered) >= 20
+    for row in answered:
+        assert row["text"] in ANSWER_TYPES[family[row["event_id"]]], row
