@@ -126,8 +126,9 @@ def test_watch_a_condition_and_poll_its_alert(server, clip_frames):
         with pytest.raises(AppError, match="standing triggers are not available"):
             client.predict("a green shape", api_name="/watch")
         return
-    # a low firing threshold: this checks the path from /watch to an alert in /poll, not the model's eyes
-    tid = client.predict("a green shape", 0.05, 0.0, api_name="/watch")["trigger_id"]
+    # a low firing threshold: this checks the path from /watch to an alert in /poll (the clip's orange circle is
+    # on screen from 0.5 s to 14.5 s)
+    tid = client.predict("an orange circle", 0.05, 0.0, api_name="/watch")["trigger_id"]
     alerts = []
     for t_s, path in clip_frames[:40]:
         client.predict(handle_file(path), t_s, api_name="/push_frame")
@@ -137,7 +138,7 @@ def test_watch_a_condition_and_poll_its_alert(server, clip_frames):
     assert alerts, "no alert in 20 s of stream"
     alert = alerts[0]
     assert set(alert) >= {"trigger_id", "condition", "t_s", "score", "evidence_t_s", "text"}
-    assert alert["trigger_id"] == tid and "green" in alert["condition"] and alert["score"] >= 0.05
+    assert alert["trigger_id"] == tid and "orange" in alert["condition"] and alert["score"] >= 0.05
     assert 0.0 <= alert["t_s"] <= 20.0
     assert client.predict(tid, api_name="/unwatch") == {"type": "status", "event": "unwatched", "trigger_id": tid}
     assert client.predict(tid, api_name="/unwatch")["event"] == "unknown_trigger"
