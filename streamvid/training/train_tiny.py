@@ -149,6 +149,11 @@ class _Data:
             self.tokens.append(torch.stack(out))  # (chunks, tokens per chunk, hidden)
         self.chunk_grid = video["video_grid_thw"][:1].clone()
 
+    def chunk_frames(self, c: int) -> list[int]:
+        """Frame indices of the engine's chunk c (chunks start at frame 0)."""
+        fpc = self.cfg.frames_per_chunk
+        return list(range(c * fpc, (c + 1) * fpc))
+
     def chunk_tokens(self, ti: int, frames: list[int]) -> torch.Tensor:
         """The vision tokens of the engine's chunk that starts at frame `frames[0]` (after `encode_chunks`)."""
         return self.tokens[ti][frames[0] // self.cfg.frames_per_chunk]
@@ -357,14 +362,11 @@ def train(cfg: TrainConfig) -> dict:
     hook = model.model.language_model.layers[0].self_attn.k_proj.register_forward_hook(
         lambda _m, _i, o: captured.append(o))
     # the vision warm-up's dense signals (its readout heads are for training only and are not saved)
-    merged: list[torch.Tensor] = []
-    vision_hook = model.model.visual.merger.register_forward_hook(lambda _m, _i, o: merged.append(o))
     tok = adapter.tokenizer
     words = torch.tensor([tok.convert_tokens_to_ids(tok.tokenize(" " + w))[0] for w in [*COLOURS, *SHAPES]])
     readout = _Readout(model.config.vision_config.out_hidden_size)
-    history = _vision_warmup(model, adapter.video_processor, cfg, rng, merged, readout, data)
+    history = _vision_warmup(model, adapter.video_processor, cfg, rng, readout, data)
     _align_words(model.get_input_embeddings(), words, readout)
-    vision_hook.remove()
     # from here the tower is frozen at the weights the engine will run (saved in bfloat16), and its tokens for
     # every chunk are computed once: the main loop trains the language model alone, at text speed
     for p in model.model.visual.parameters():
@@ -454,8 +456,8 @@ def _attention_loss(attentions: torch.Tensor, looks: list[tuple[int, int, list[i
     return torch.cat(losses).mean()
 
 
-def _vision_warmup(model, processor, cfg: TrainConfig, rng: np.random.Generator, merged: list[torch.Tensor],
-                   readout: _Readout, data: _Data) -> list[dict]:
+def _vision_warmup(model, processor, cfg: TrainConfig, rng: np.random.Generator, readout: _Readout,
+                   data: _Data) -> list[dict]:
     """The vision tower alone with dense targets (`_Readout`), so that the language model learns on vision tokens
     that already tell shapes and colours apart. Steps alternate between freshly drawn single-frame grid scenes and
     chunks of the training timelines as the engine decodes them (compression, and objects that hop within a
@@ -475,14 +477,14 @@ def _vision_warmup(model, processor, cfg: TrainConfig, rng: np.random.Generator,
             for _ in range(cfg.warmup_scenes):
                 ti = int(rng.choice(data.train_ids))
                 c = int(rng.integers(data.timelines[ti].n_frames // fpc))
-                chunks.append((ti, list(range(c * fpc, (c + 1) * fpc))))
+                chunks.append((ti, data.chunk_frames(c)))
             videos = [np.stack([data.frame(ti, k) for k in ks]) for ti, ks in chunks]
             attributes = [data.cell_attributes(ti, ks) for ti, ks in chunks]
             counts = [min(len(data.timelines[ti].objects_at(ks[-1] / cfg.fps)), 3) for ti, ks in chunks]
         video = processor(videos=videos, return_tensors="pt", do_sample_frames=False, cap_pixels_per_frame=True)
-        merged.clear()
-        model.model.visual(video["pixel_values_videos"], grid_thw=video["video_grid_thw"])
-        loss = readout.loss(merged[0], list(attributes), list(counts))
+        tokens = model.model.get_video_features(video["pixel_values_videos"], video["video_grid_thw"],
+                                                return_dict=True).pooler_output  # what the engine feeds the decoder
+        loss = readout.loss(torch.cat(list(tokens)), list(attributes), list(counts))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -574,11 +576,10 @@ def _save(model, out: Path) -> None:
 def _vision_check(data: _Data, readout: _Readout) -> dict:
     """How well the frozen tower's tokens name what their cells show, on the held-out timelines' decoded chunks:
     of the cells an object covers, the share whose shape (colour) the warm-up's readout names right."""
-    fpc = data.cfg.frames_per_chunk
     right_shape, right_colour = [], []
     for ti in data.eval_ids:
         tokens = data.tokens[ti].reshape(-1, data.tokens[ti].shape[-1])
-        shapes, colours = _classes(np.concatenate([data.cell_attributes(ti, list(range(c * fpc, (c + 1) * fpc)))
+        shapes, colours = _classes(np.concatenate([data.cell_attributes(ti, data.chunk_frames(c))
                                                    for c in range(len(data.tokens[ti]))]))
         occupied = shapes > 0
         right_shape.append((readout.shape(tokens).argmax(-1).numpy() == shapes)[occupied])
