@@ -62,6 +62,9 @@ def _engine_args(parser: argparse.ArgumentParser, d) -> None:
                         help="how long-term KV blocks are stored")
     parser.add_argument("--memory-keep", type=float, default=d.memory_keep,
                         help="share of each long-term block's tokens kept (1: all)")
+    parser.add_argument("--retrieve-for-now", action="store_true",
+                        help="search long-term memory for questions about the present moment too (by default they "
+                             "are answered from the recent window; see streamvid/scope.py)")
     parser.add_argument("--index-layer", type=int, default=None,
                         help="decoder layer of the retrieval vectors (default: retrieval.default_index_layer)")
 
@@ -73,7 +76,8 @@ def _engine_config(args: argparse.Namespace, **fields):
                         attn=args.attn, window_s=args.window_s, window_mb=args.window_mb,
                         window_tokens=getattr(args, "window_tokens", None), memory_ram_mb=args.memory_ram_mb,
                         memory_disk_mb=args.memory_disk_mb, memory_kv=args.memory_kv, memory_keep=args.memory_keep,
-                        index_layer=args.index_layer, fps=args.fps, **fields)
+                        index_layer=args.index_layer, retrieve_for_now=args.retrieve_for_now, fps=args.fps,
+                        **fields)
 
 
 def _log_budgets(sa, video: str) -> None:

@@ -86,7 +86,7 @@ class IngestWorker:
         with self.lock:
             block = Block(id=self._next_id, t_start_s=frames[0].t_s, t_end_s=frames[-1].t_s + 1.0 / self.config.fps,
                           keys=enc.keys, values=enc.values, pos_start=snap.next_pos, pos_span=enc.pos_span,
-                          vector=enc.vector)
+                          vector=enc.vector, scene=enc.scene)
             self._next_id += 1
             for old in self.window.append(block):
                 if self.memory is not None:

@@ -30,6 +30,7 @@ class Block:
     pos_start: int
     pos_span: int
     vector: np.ndarray | None = None  # (index_dim,) float32, L2-normalised retrieval vector
+    scene: np.ndarray | None = None  # (n_video_tokens, hidden) float16 vision tokens (change gate); not stored
 
     @property
     def n_tokens(self) -> int:

@@ -104,27 +104,38 @@ def novelty(scene: np.ndarray | None, reference: np.ndarray | None) -> float:
 class ChangeGate:
     """Skips work on unchanged scenes: look again only when the chunk's scene (a vector or token features, see
     `novelty`) moved at least `min_novelty` from the scene at the last look, or `max_skip_s` of stream passed
-    since that look. `min_novelty=0` looks at every chunk. Counts what it let through and what it skipped."""
+    since that look, or it is one of the `follow_up` chunks right after a change. `min_novelty=0` looks at every
+    chunk. Counts what it let through and what it skipped.
 
-    def __init__(self, min_novelty: float, max_skip_s: float):
+    The follow-up looks are there because a model's answer about a change may need the change in more than one
+    chunk of its context: on ShapesWorld the bundled model often says no to an object in the first chunk that shows
+    it and yes in the next, which is the same scene to the gate."""
+
+    def __init__(self, min_novelty: float, max_skip_s: float, follow_up: int = 1):
         if min_novelty < 0:
             raise ValueError(f"min_novelty must be >= 0, got {min_novelty}")
         if max_skip_s <= 0:
             raise ValueError(f"max_skip_s must be positive, got {max_skip_s}")
+        if follow_up < 0:
+            raise ValueError(f"follow_up must be >= 0, got {follow_up}")
         self.min_novelty = min_novelty
         self.max_skip_s = max_skip_s
+        self.follow_up = follow_up
         self.reference: np.ndarray | None = None
         self.reference_t_s: float | None = None
         self.looked = 0
         self.skipped = 0
+        self._follow_ups = 0  # looks still due after the last change
 
     def should_look(self, scene: np.ndarray | None, t_s: float) -> bool:
         if self.reference_t_s is None or self.min_novelty == 0 or t_s - self.reference_t_s >= self.max_skip_s:
             return True
-        return novelty(scene, self.reference) >= self.min_novelty
+        return self._follow_ups > 0 or novelty(scene, self.reference) >= self.min_novelty
 
     def look(self, scene: np.ndarray | None, t_s: float) -> None:
         """Record that the scene was looked at now (the new reference)."""
+        changed = self.reference_t_s is not None and novelty(scene, self.reference) >= self.min_novelty
+        self._follow_ups = self.follow_up if changed else max(0, self._follow_ups - 1)
         self.reference, self.reference_t_s = scene, t_s
         self.looked += 1
 

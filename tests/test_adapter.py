@@ -97,3 +97,19 @@ def test_question_vector_runs_only_the_layers_up_to_the_index_layer(tiny_model_d
     assert ran == [f"layer{i}" for i in range(adapter.index_layer)], "layers after the index layer did not run"
     q = captured[0][0].float().mean(0).view(adapter._kv_heads, -1, adapter._head_dim).mean(1).reshape(-1)
     assert np.allclose(v, (q / q.norm()).numpy(), atol=1e-6)
+
+
+def test_encoded_chunk_carries_the_vision_tokens_the_decoder_received(adapter):
+    """Encoded.scene (the change gate's features) equals the vision tower's merged tokens for the chunk, computed
+    on their own with get_video_features."""
+    frames = random_frames(2, seed=3)
+    sinks = adapter.encode_text(adapter.sink_text)
+    past = concat([Block(-1, 0, 0, sinks.keys, sinks.values, 0, sinks.pos_span)], sinks.pos_span)
+    enc = adapter.encode_chunk(frames, past, 1.0)
+    vision = adapter.chunk_inputs(frames, 1.0).vision
+    with torch.no_grad():
+        (expected,) = adapter.model.model.get_video_features(vision["pixel_values_videos"], vision["video_grid_thw"],
+                                                             return_dict=True).pooler_output
+    assert enc.scene is not None and enc.scene.shape == tuple(expected.shape) and enc.n_tokens >= len(expected)
+    np.testing.assert_allclose(enc.scene.astype(np.float32), expected.float().numpy(), atol=2e-3, rtol=2e-3)
+    assert adapter.encode_text("hello", past).scene is None

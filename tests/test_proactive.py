@@ -78,8 +78,9 @@ def _unit(v):
     return v / np.linalg.norm(v)
 
 
-def test_change_gate_skips_unchanged_scenes_and_looks_after_max_skip():
-    gate = ChangeGate(min_novelty=0.05, max_skip_s=3.0)
+@pytest.mark.parametrize("follow_up", [0, 1])
+def test_change_gate_skips_unchanged_scenes_and_looks_after_max_skip(follow_up):
+    gate = ChangeGate(min_novelty=0.05, max_skip_s=3.0, follow_up=follow_up)
     a, a2, b = _unit([1, 0, 0]), _unit([1, 0.1, 0]), _unit([0, 1, 0])
     assert novelty(a, a2) == pytest.approx(1 - 1 / np.sqrt(1.01), abs=1e-6)  # 0.005: below the gate
     assert novelty(a, b) == pytest.approx(1.0, abs=1e-6) and novelty(a, None) == 1.0
@@ -90,9 +91,10 @@ def test_change_gate_skips_unchanged_scenes_and_looks_after_max_skip():
         look = gate.should_look(v, t)
         decisions.append(look)
         gate.look(v, t) if look else gate.skip()
-    # t=0 first look; t=1,2 unchanged; t=3 max_skip reached; t=4 unchanged; t=5 new scene; t=6 same; t=7 changed
-    assert decisions == [True, False, False, True, False, True, False, True]
-    assert (gate.looked, gate.skipped) == (4, 4)
+    # t=0 first look; t=1,2 unchanged; t=3 max_skip reached (no change: no follow-up); t=4 unchanged; t=5 new
+    # scene; t=6 same scene, looked at again as the follow-up of that change; t=7 changed
+    assert decisions == [True, False, False, True, False, True, follow_up == 1, True]
+    assert (gate.looked, gate.skipped) == (4 + follow_up, 4 - follow_up)
     always = ChangeGate(min_novelty=0.0, max_skip_s=3.0)
     always.look(a, 0.0)
     assert always.should_look(a, 0.5)

@@ -71,6 +71,26 @@ def test_planted_block_is_retrieved_into_the_answer_context(adapter, top_k):
         assert context.n_tokens == snap.sinks.n_tokens + sum(b.n_tokens for b in snap.blocks)
 
 
+@pytest.mark.parametrize("retrieve_for_now", [False, True])
+def test_question_about_now_is_answered_from_the_window(adapter, retrieve_for_now):
+    """A present-tense question gets no retrieved blocks, even one planted to match it, unless retrieve_for_now."""
+    spy = SpyAdapter(adapter)
+    cfg = EngineConfig(model="unused", window_tokens=40, memory_top_k=2, max_new_tokens=3,
+                       retrieve_for_now=retrieve_for_now)
+    sa = StreamingAssistant(cfg, adapter=spy)
+    _fill(sa, 12)
+    question = "What colour is the star?"
+    sa.memory._index.remove_ids(torch.tensor([3]).numpy())
+    sa.memory._index.add_with_ids(spy.question_vector(question)[None], torch.tensor([3]).numpy())
+    answer = sa.reasoning.answer(Question("q", question, 6.0))
+    snap = sa.window.snapshot()
+    if retrieve_for_now:
+        assert 3 in answer.data["retrieved_blocks"] and _contains(spy.contexts[-1], sa.memory.load(3))
+    else:
+        assert answer.data["retrieved_blocks"] == []
+        assert spy.contexts[-1].n_tokens == snap.sinks.n_tokens + sum(b.n_tokens for b in snap.blocks)
+
+
 def test_question_naming_a_time_is_answered_from_that_moment(adapter):
     spy = SpyAdapter(adapter)
     cfg = EngineConfig(model="unused", window_tokens=40, memory_top_k=4, max_new_tokens=2)

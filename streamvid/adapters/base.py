@@ -29,6 +29,7 @@ class Encoded:
     values: tuple[torch.Tensor, ...]  # per layer (1, kv_heads, n_tokens, head_dim)
     pos_span: int  # positions occupied: the next segment starts at pos_start + pos_span
     vector: np.ndarray | None  # (index_dim,) float32, L2-normalised; None for text segments
+    scene: np.ndarray | None = None  # (n_video_tokens, hidden) float16: the vision tokens the decoder received
 
     @property
     def n_tokens(self) -> int:

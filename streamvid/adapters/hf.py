@@ -146,11 +146,13 @@ class HFVideoAdapter:
         if len(frames) % self.frames_per_chunk_multiple:
             raise ValueError(f"a chunk needs a multiple of {self.frames_per_chunk_multiple} frames, got {len(frames)}")
         chunk = self.chunk_inputs(frames, seconds_per_chunk, t_start_s)
-        with self.lock, torch.inference_mode(), self._capture("k") as captured:
+        with self.lock, torch.inference_mode(), self._capture("k") as captured, self._decoder_inputs() as embeds:
             cache = self._forward(chunk.ids, chunk.positions + past.next_pos, past, **chunk.vision)[1]
         keys, values = self._tail(cache, chunk.ids.shape[1])
-        pre_rope_keys = captured[0][0][chunk.video_mask.to(captured[0].device)].float()  # (n_video, kv_heads*head_dim)
-        return Encoded(keys, values, chunk.pos_span, _unit(pre_rope_keys.mean(0)))
+        mask = chunk.video_mask.to(captured[0].device)
+        pre_rope_keys = captured[0][0][mask].float()  # (n_video, kv_heads*head_dim)
+        scene = embeds[0][0][mask.to(embeds[0].device)].to(torch.float16).cpu().numpy() if embeds else None
+        return Encoded(keys, values, chunk.pos_span, _unit(pre_rope_keys.mean(0)), scene)
 
     def question_vector(self, text: str) -> np.ndarray:
         """Mean pre-RoPE query of the question's tokens at the index layer, heads averaged within each KV group,
@@ -250,6 +252,22 @@ class HFVideoAdapter:
         captured: list[torch.Tensor] = []
         proj = self._attn.k_proj if which == "k" else self._attn.q_proj
         handle = proj.register_forward_hook(lambda _m, _i, out: captured.append(out.detach()))
+        try:
+            yield captured
+        finally:
+            handle.remove()
+
+    @contextmanager
+    def _decoder_inputs(self):
+        """The input embeddings the decoder receives (vision tokens already in place), as a one-item list."""
+        captured: list[torch.Tensor] = []
+
+        def grab(_m, args, kwargs):
+            x = kwargs.get("inputs_embeds")
+            if x is not None:
+                captured.append(x.detach())
+
+        handle = self._lm.register_forward_pre_hook(grab, with_kwargs=True)
         try:
             yield captured
         finally:
