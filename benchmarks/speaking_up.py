@@ -102,7 +102,7 @@ def timing(ep: dict, adapter, timeline: Timeline, cfg: EngineConfig) -> dict:
 def gate(ep: dict, adapter, timeline: Timeline, cfg: EngineConfig) -> dict:
     sa = StreamingAssistant(cfg, adapter=adapter)
     src = FileSource(ep["video"]["path"], fps=cfg.fps)
-    g = ChangeGate(cfg.gate_min_novelty, cfg.gate_max_skip_s)
+    g = ChangeGate(cfg.gate_min_novelty, cfg.gate_max_skip_s, cfg.gate_follow_up)
     ref, unchanged, skipped_unchanged, changes, late, lag, pending = None, 0, 0, 0, 0, [], None
     prev = None
     while (f := src.read()) is not None:

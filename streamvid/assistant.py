@@ -18,6 +18,8 @@ a new assistant from a saved session (see session_store).
 
 from __future__ import annotations
 
+import dataclasses
+
 import itertools
 import json
 import logging
@@ -176,7 +178,8 @@ class StreamingAssistant:
                       probes_at: Sequence[tuple[float, str]] = (),
                       watches_at: Sequence[tuple[float, str]] = ()) -> list[Output]:
         """Ingest every frame of `source` in order on this thread; answer each question (and yes/no probe) at its
-        stream time T from exactly the frames with t <= T (a partial chunk is flushed first); start each watch at
+        stream time T from exactly the frames with t <= T (those of an unfinished chunk are encoded for that answer
+        alone: the window and memory get every chunk whole, whenever questions come); start each watch at
         its T. After every new chunk the triggers are probed and narration decides, as the reasoning thread would
         with no question waiting, so alerts and remarks are reproducible. A "tell me when" question gets its
         acknowledgement at T and its alert when the event is seen.
@@ -199,12 +202,14 @@ class StreamingAssistant:
             if kind == "watch":  # starts with the next decided chunk; the chunking is left as it is
                 self._watch(text, t, {})
                 return
-            self.ingest.flush()
+            snap = self.window.snapshot()
+            if (tail := self.ingest.tail()) is not None:  # the unfinished chunk, for this answer alone
+                snap = dataclasses.replace(snap, blocks=(*snap.blocks, tail))
             q = Question(f"q{next(self._ids)}", text, t)
             if kind == "answer":
-                self.reasoning.handle(q, emit)
+                self.reasoning.handle(q, emit, snap)
             else:
-                results.append(self.reasoning.probe(q))
+                results.append(self.reasoning.probe(q, snap))
 
         def decide() -> None:
             while self.reasoning.decide(emit):

@@ -1,6 +1,6 @@
 """IngestWorker (thread "streamvid-ingest"): frames -> chunks -> KV blocks in the window -> evicted to memory.
 
-Thread contract: only the ingest thread calls `step`, `push` and `flush` (or the caller's thread in
+Thread contract: only the ingest thread calls `step`, `push`, `flush` and `tail` (or the caller's thread in
 `StreamingAssistant.run_simulated`, where no ingest thread runs). `latest_t_s` and `stats()` may be read from
 any thread (plain attribute reads). `on_block`, set before the thread starts, is called on the ingest thread
 after each new block is in the window (the assistant uses it to wake the reasoning thread). `lock` is held while
@@ -39,6 +39,7 @@ class IngestWorker:
         self.source = None
         self.on_block: Callable[[], None] | None = None
         self._pending: list[Frame] = []
+        self._latest: Frame | None = None
         self._next_id = 0
         self.lock = threading.Lock()
         self.t_offset_s = 0.0
@@ -63,6 +64,7 @@ class IngestWorker:
         if self.t_offset_s:
             frame = dataclasses.replace(frame, t_s=frame.t_s + self.t_offset_s)
         self._pending.append(frame)
+        self._latest = frame
         self.frames_in += 1
         self.latest_t_s = frame.t_s
         if len(self._pending) == self.config.frames_per_chunk:
@@ -73,16 +75,9 @@ class IngestWorker:
         if not self._pending:
             return
         frames, self._pending = self._pending, []
-        images = [f.image for f in frames]
-        images += [images[-1]] * (self.config.frames_per_chunk - len(images))
         t0 = time.perf_counter()
         snap = self.window.snapshot()
-        past = concat([snap.sinks, *snap.blocks], snap.next_pos)
-        seconds_per_chunk = self.config.frames_per_chunk / self.config.fps
-        if getattr(self.adapter, "uses_stream_time", False):  # its tokens carry the chunk's time (Qwen3-VL)
-            enc = self.adapter.encode_chunk(images, past, seconds_per_chunk, t_start_s=frames[0].t_s)
-        else:
-            enc = self.adapter.encode_chunk(images, past, seconds_per_chunk=seconds_per_chunk)
+        enc = self._encode(frames, snap)
         with self.lock:
             block = Block(id=self._next_id, t_start_s=frames[0].t_s, t_end_s=frames[-1].t_s + 1.0 / self.config.fps,
                           keys=enc.keys, values=enc.values, pos_start=snap.next_pos, pos_span=enc.pos_span,
@@ -100,6 +95,32 @@ class IngestWorker:
         self.encode_s += time.perf_counter() - t0
         if self.on_block is not None:
             self.on_block()
+
+    def tail(self) -> Block | None:
+        """The frames of the unfinished chunk, or the latest frame alone when no chunk is unfinished, encoded on top
+        of the window as a block that is not kept (id -1), so that an answer at this moment ends on the moment
+        itself: every frame so far, the newest block showing no frame older than the chunk in progress (a whole
+        chunk blends its frames, and an object that left in its last frame would still be counted). The window
+        and memory get every chunk whole once it completes, as they would had nobody asked. None before the
+        first frame."""
+        frames = list(self._pending) or ([self._latest] if self._latest is not None else [])
+        if not frames:
+            return None
+        snap = self.window.snapshot()
+        enc = self._encode(frames, snap)
+        return Block(id=-1, t_start_s=frames[0].t_s, t_end_s=frames[-1].t_s + 1.0 / self.config.fps, keys=enc.keys,
+                     values=enc.values, pos_start=snap.next_pos, pos_span=enc.pos_span, vector=enc.vector,
+                     scene=enc.scene)
+
+    def _encode(self, frames: list[Frame], snap):
+        """One chunk's KV on top of the window snapshot; a short chunk is padded by repeating its last frame."""
+        images = [f.image for f in frames]
+        images += [images[-1]] * (self.config.frames_per_chunk - len(images))
+        past = concat([snap.sinks, *snap.blocks], snap.next_pos)
+        seconds_per_chunk = self.config.frames_per_chunk / self.config.fps
+        if getattr(self.adapter, "uses_stream_time", False):  # its tokens carry the chunk's time (Qwen3-VL)
+            return self.adapter.encode_chunk(images, past, seconds_per_chunk, t_start_s=frames[0].t_s)
+        return self.adapter.encode_chunk(images, past, seconds_per_chunk=seconds_per_chunk)
 
     @property
     def next_block_id(self) -> int:

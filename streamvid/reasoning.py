@@ -182,12 +182,14 @@ class ReasoningWorker:
         self.handle(q, emit)
         return True
 
-    def handle(self, q: Question, emit: Callable[[Output], None] | None = None) -> Output:
+    def handle(self, q: Question, emit: Callable[[Output], None] | None = None,
+               snap: WindowSnapshot | None = None) -> Output:
         """A question about the future ("tell me when a blue star appears") becomes a one-shot trigger with the
-        question's id and is acknowledged at once; any other question is answered now."""
+        question's id and is acknowledged at once; any other question is answered now (on `snap`, by default a
+        snapshot of the window taken now)."""
         request = parse_request(q.text)
         if request is None:
-            return self.answer(q, emit)
+            return self.answer(q, emit, snap)
         rule = FiringRule(self.config.trigger_thresholds())
         self.triggers.add(Trigger(q.id, request.condition, request.probe, rule, once=not request.repeat,
                                   created_t_s=q.t_s))
@@ -289,8 +291,9 @@ class ReasoningWorker:
                 "probes_skipped": self.probes_skipped, "probe_forwards": self.probe_forwards,
                 "alerts": self.alerts, "remarks": self.remarks}
 
-    def answer(self, q: Question, emit: Callable[[Output], None] | None = None) -> Output:
-        snap = self.window.snapshot()
+    def answer(self, q: Question, emit: Callable[[Output], None] | None = None,
+               snap: WindowSnapshot | None = None) -> Output:
+        snap = snap or self.window.snapshot()
         retrieved, at_times = self.retrieve(q, snap)
         # a question about an older moment ("what was on screen at 03:12?") is answered from that moment alone
         window = [] if at_times and retrieved else snap.blocks
@@ -328,9 +331,9 @@ class ReasoningWorker:
             emit(answer)
         return answer
 
-    def probe(self, q: Question) -> Output:
+    def probe(self, q: Question, snap: WindowSnapshot | None = None) -> Output:
         """p(yes) for a yes/no question about now: one forward on the window snapshot (no retrieval)."""
-        snap = self.window.snapshot()
+        snap = snap or self.window.snapshot()
         context = layout(snap.sinks, (), snap.blocks, self.adapter.positions)
         p_yes = self.adapter.probe(context, q.text)
         return Output("probe", q.id, "yes" if p_yes >= 0.5 else "no",

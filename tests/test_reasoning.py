@@ -10,7 +10,7 @@ from conftest import random_frames
 from streamvid.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
 from streamvid.reasoning import stream_times
-from streamvid.types import Question
+from streamvid.types import Frame, Question
 
 
 class SpyAdapter:
@@ -34,8 +34,6 @@ def _fill(sa: StreamingAssistant, n_chunks: int) -> None:
 
 
 def _frame(i):
-    from streamvid.types import Frame
-
     return Frame(random_frames(1, seed=100 + i)[0], i / 2, i)
 
 
@@ -135,3 +133,45 @@ def test_dialogue_keeps_recent_turns(adapter):
 ])
 def test_stream_times(text, now, expected):
     assert stream_times(text, now) == expected
+
+
+def test_questions_do_not_change_the_chunking_and_answers_end_on_the_latest_frame(adapter):
+    """Questions between chunk boundaries leave the window and memory exactly as a run without questions has them
+    (the same chunks, the same KV); each answer's context ends with a block of the frames since the last whole
+    chunk (the latest frame alone at a boundary), equal to encoding those frames, padded, on top of the window."""
+    from streamvid.sources import SyntheticSource
+
+    frames = [random_frames(1, seed=300 + i)[0] for i in range(24)]  # 2 fps: 12 s, 12 chunks
+
+    def run(questions):
+        spy = SpyAdapter(adapter)
+        sa = StreamingAssistant(EngineConfig(model="unused", window_tokens=40, memory_top_k=0, max_new_tokens=1),
+                                adapter=spy)
+        outs = sa.run_simulated(SyntheticSource(lambda i, t: frames[i], fps=2.0, n_frames=len(frames)), questions)
+        return sa, spy, outs
+
+    quiet, _, _ = run([])
+    asked, spy, outs = run([(3.2, "How many shapes are there?"), (6.0, "What is on screen?")])
+    assert [o.kind for o in outs] == ["answer", "answer"]
+    for a, b in [(quiet.window.snapshot().sinks, asked.window.snapshot().sinks),
+                 *zip(quiet.window.snapshot().blocks, asked.window.snapshot().blocks, strict=True)]:
+        assert (a.id, a.t_start_s, a.t_end_s, a.pos_start) == (b.id, b.t_start_s, b.t_end_s, b.pos_start)
+        assert all(torch.equal(x, y) for x, y in zip(a.values, b.values))
+    assert asked.ingest.blocks_encoded == quiet.ingest.blocks_encoded == 12
+    # at 3.2 s the frames up to 3.0 s (index 6) are in and chunk [3.0, 3.5] is unfinished: the tail is frame 6
+    # alone; at 6.0 s frame 12 starts a chunk: again that frame alone. Reference: a fresh session fed the same
+    # frames, and the adapter's own encoding of the frame (padded) on top of its window.
+    from streamvid.positions import concat
+
+    for context, latest in zip(spy.contexts, (6, 12), strict=True):
+        ref = StreamingAssistant(EngineConfig(model="unused", window_tokens=40, memory_top_k=0), adapter=adapter)
+        for i in range(latest + 1):
+            ref.ingest.push(Frame(frames[i], i / 2, i))
+        snap = ref.window.snapshot()
+        expected = adapter.encode_chunk([frames[latest], frames[latest]], concat([snap.sinks, *snap.blocks],
+                                                                                 snap.next_pos), 1.0)
+        n = expected.n_tokens
+        assert context.n_tokens == snap.sinks.n_tokens + sum(b.n_tokens for b in snap.blocks) + n
+        for layer in range(len(expected.values)):
+            torch.testing.assert_close(context.keys[layer][:, :, -n:], expected.keys[layer])
+            torch.testing.assert_close(context.values[layer][:, :, -n:], expected.values[layer])

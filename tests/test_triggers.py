@@ -65,22 +65,12 @@ def _a(pair) -> str:
     return f"{'an' if pair[0][0] in 'aeiou' else 'a'} {pair[0]} {pair[1]}"
 
 
-def decision_times(t_end: float, question_times=()) -> list[float]:
-    """When the engine decides in a replay: the last frame of each 2-frame chunk, where a question at T flushes the
-    partial chunk before the first frame after T (an independent model of IngestWorker + run_simulated)."""
-    times, pending, qs = [], [], sorted(question_times)
-    for k in range(round(t_end * FPS)):
-        t = k / FPS
-        while qs and qs[0] < t:
-            qs.pop(0)
-            if pending:
-                times.append(pending[-1])
-                pending = []
-        pending.append(t)
-        if len(pending) == 2:
-            times.append(t)
-            pending = []
-    return times + pending[-1:]
+def decision_times(t_end: float) -> list[float]:
+    """When the engine decides in a replay: the last frame of each 2-frame chunk, and the last frame of the stream
+    (its unfinished chunk is flushed at the end). Questions do not change the chunking: an unfinished chunk is
+    encoded for the answer alone (an independent model of IngestWorker + run_simulated)."""
+    n = round(t_end * FPS)
+    return [k / FPS for k in range(1, n, 2)] + ([(n - 1) / FPS] if n % 2 else [])
 
 
 class OracleAdapter:
@@ -189,7 +179,7 @@ def test_tell_me_when_is_acknowledged_then_alerts_once_at_the_event(adapter, fra
     pair = tuple(gold["gold_text"].split())
     assert pair not in TRUTH.pairs(q["t"]) and gold["t_gold"] in TRUTH.enters(pair)
     t_end = gold["t_gold"] + 10.0
-    decisions = [d for d in decision_times(t_end, [q["t"], 1.0]) if d > q["t"] - 1.0]
+    decisions = [d for d in decision_times(t_end) if d > q["t"] - 1.0]
     seen = [pair in TRUTH.pairs(d) for d in decisions]
     i = next(i for i in range(len(seen) - 1) if seen[i] and seen[i + 1])  # k=2: two positive chunks in a row
     sa, outs = _run(adapter, frame_times, t_end=t_end,
@@ -215,7 +205,7 @@ def _edges(pair, k_times, rising=True):
 
 
 def test_standing_watches_fire_on_every_rising_edge_and_negated_ones_on_falling(adapter, frame_times):
-    decisions = decision_times(120.0)  # watches do not flush: 0.5, 1.5, ...
+    decisions = decision_times(120.0)  # 0.5, 1.5, ...
     assert decisions[:2] == [0.5, 1.5]
     no_cooldown = {"k": 2, "cooldown_s": 0.0}
     often = _a(OFTEN)
