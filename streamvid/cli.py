@@ -8,7 +8,7 @@
     streamvid bench [--quick] [--json] [--arch tiny|3b|7b] [--layers N] [--device D] [--dtype D] [--out DIR]
     streamvid convert ovo-bench|streamingbench|rvs|proactivevideoqa|svbench FILE... --videos DIR --out EPISODES.jsonl
     streamvid synth --seed S --minutes N --out DIR
-    streamvid train-tiny --out models/streamvid-tiny [--seed S] [--steps N] [--time-budget-min M]
+    streamvid train-tiny --out models/streamvid-tiny [--seed S] [--steps N] [--time-budget-min M] [--init DIR]
     streamvid make-tiny --arch qwen2-vl|qwen2.5-vl|qwen3-vl|llava-onevision|llava-next-video --out DIR
 
 `run` prints one JSON object per line on stdout, in stream-time order: {"type": "answer", ...} per question (for
@@ -297,7 +297,10 @@ def cmd_train_tiny(args: argparse.Namespace) -> int:
     from streamvid.training.train_tiny import TrainConfig, train
 
     budget = {} if args.time_budget_min is None else {"time_budget_s": 60 * args.time_budget_min}
-    train(TrainConfig(out_dir=args.out, seed=args.seed, steps=args.steps, **budget))
+    tune = {} if args.init is None else {"init_from": args.init, "lr": 3e-4, "short_window_frac": 0.0}
+    if args.lr is not None:
+        tune["lr"] = args.lr
+    train(TrainConfig(out_dir=args.out, seed=args.seed, steps=args.steps, **budget, **tune))
     return 0
 
 
@@ -453,6 +456,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--steps", type=int, default=None)
     t.add_argument("--time-budget-min", type=float, default=None,
                    help="stop after this many minutes of main training (default 105); the learning rate decays to it")
+    t.add_argument("--init", type=Path, default=None,
+                   help="fine-tune this checkpoint (no vision warm-up; learning rate 3e-4 unless --lr)")
+    t.add_argument("--lr", type=float, default=None, help="peak learning rate (default 1e-3, fine-tuning 3e-4)")
     t.set_defaults(func=cmd_train_tiny)
 
     mt = sub.add_parser("make-tiny", help="write a small random checkpoint of a supported family (install checks)")

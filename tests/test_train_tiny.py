@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from streamvid.adapters.qwen2_5_vl import QwenVLAdapter
 from streamvid.training.train_tiny import CELL_PX, TrainConfig, _Data, train
@@ -101,11 +102,45 @@ def test_train_saves_a_checkpoint_the_engine_loads(tmp_path):
     (check,) = [h["vision_check"] for h in record["history"] if "vision_check" in h]
     assert set(check) == {"colour", "shape"} and all(0 <= v <= 1 for v in check.values())
     assert set(main[-1]["held_out"]) <= {"realtime_colour", "realtime_shape", "realtime_count",
-                                                      "realtime_exists", "probe", "backward_colour",
+                                                      "realtime_exists", "probe", "probe_edge", "backward_colour",
                                                       "backward_shape", "backward_at_time"}
     adapter = QwenVLAdapter(str(tmp_path / "m"))
     assert adapter.model.config.model_type == "qwen2_5_vl"
     assert json.loads((tmp_path / "m" / "training.json").read_text())["steps_done"] == 3
+
+    # fine-tuning that checkpoint: no warm-up, the tower as it was, the language model moved, the record kept
+    tuned = train(TrainConfig(out_dir=tmp_path / "t", steps=2, batch=2, n_timelines=1, minutes=0.5, log_every=1,
+                              eval_samples=4, init_from=tmp_path / "m", lr=1e-2, seed=1))
+    assert not [h for h in tuned["history"] if "vision_warmup_step" in h] and tuned["steps_done"] == 2
+    assert tuned["fine_tuned_from"]["steps_done"] == 3 and tuned["config"]["init_from"] == str(tmp_path / "m")
+    before, after = adapter.model.state_dict(), QwenVLAdapter(str(tmp_path / "t")).model.state_dict()
+    visual = [k for k in before if ".visual." in k or k.startswith("visual.")]
+    assert visual and all(torch.equal(before[k], after[k]) for k in visual)
+    assert any(not torch.equal(before[k], after[k]) for k in before if "language_model.layers" in k)
+
+
+def test_probe_edge_asks_about_the_newest_chunk_at_any_moment():
+    """Trigger probes for training: "yes" only for a pair on screen in every frame of the chunk, "no" only for a
+    pair in none of them (checked against the world's objects), both answers drawn, changes included."""
+    from streamvid.synth.world import generate
+    from streamvid.training.train_tiny import probe_edge
+
+    tl = generate(3, 300.0, 2.0, 4)
+    rng = np.random.default_rng(0)
+    answers, at_changes = [], 0
+    for k in range(1, tl.n_frames, 2):
+        frames = [k - 1, k]
+        if (qa := probe_edge(tl, frames, rng)) is None:
+            continue
+        words = qa.text.split()
+        pair = (words[3], words[4])
+        shown = [any((o.colour, o.shape) == pair for o in tl.objects_at(f / tl.fps)) for f in frames]
+        assert qa.answer == ("yes" if all(shown) else "no") and (all(shown) or not any(shown))
+        assert qa.text == f"Is there {words[2]} {pair[0]} {pair[1]} now? Answer yes or no."
+        answers.append(qa.answer)
+        seen = [{(o.colour, o.shape) for o in tl.objects_at(f / tl.fps)} for f in (k - 2, k)] if k > 2 else [set()]
+        at_changes += len(seen) == 2 and seen[0] != seen[1]
+    assert 0.3 < answers.count("yes") / len(answers) < 0.7 and at_changes > 10
 
 
 def test_cli_wires_train_tiny():

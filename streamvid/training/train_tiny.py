@@ -4,9 +4,10 @@ Every training sample is laid out exactly as the engine lays out an answer conte
 sinks (system prompt), retrieved memory blocks in time order, the recent window of blocks, then the questions
 and answers, each video chunk its own <|vision_start|>...<|vision_end|> group with Qwen's 3-D positions, chunks
 on the engine's grid (chunk c holds frames c*fpc ...). What sits in the "retrieved" slot imitates the engine:
-for a memory question some of the blocks that show the evidence plus older distractors; for a question about
-now, older blocks that may contradict the present (so the model learns to read "is" from the window); a question
-that names a time gets the blocks at that time and no window, as the engine answers it.
+for a memory question some of the blocks that show the evidence plus older distractors; a question about now
+gets the window alone (the engine searches memory for questions about the past only, `scope.about_now`); a
+question that names a time gets the blocks at that time and no window, as the engine answers it. Trigger probes
+(`probe_edge`) are asked about the newest chunk at any moment, as the engine asks them on every chunk.
 
 ShapesWorld puts every object inside one cell of the model's merged-token grid (`synth.world`), so each vision
 token shows at most one object. Training runs in two stages.
@@ -33,7 +34,9 @@ token shows at most one object. Training runs in two stages.
      block's video tokens and the mean pre-RoPE query of the question's tokens (GQA heads averaged). Nothing
      mixes tokens before layer 0's projections, so those vectors are the same here as in the engine.
    The learning rate follows a cosine over the main steps or the time budget, whichever runs out first. The first
-   `short_window_frac` of that progress sees 1-3 window blocks and no old blocks for questions about now.
+   `short_window_frac` of that progress sees 1-3 window blocks.
+
+`init_from` fine-tunes an earlier checkpoint instead: no warm-up, its tower and word embeddings as they are.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import shutil
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -52,16 +56,30 @@ import torch.nn.functional as F
 
 from streamvid.adapters.qwen2_5_vl import QwenVLAdapter, mean_queries
 from streamvid.adapters.tiny import build_tiny_checkpoint
-from streamvid.synth.questions import frames_show, mentions, sample_qa
 from streamvid.sources import FileSource
-from streamvid.synth.world import (BACKGROUNDS, CELL_PX, COLOURS, JITTER_PX, SHAPES, SIZE_RANGE, Obj, Timeline, draw,
-                                   generate, shape_mask, write_mp4)
+from streamvid.synth.questions import QA, describe, frames_show, mentions, sample_qa
+from streamvid.synth.world import (
+    BACKGROUNDS,
+    CELL_PX,
+    COLOURS,
+    JITTER_PX,
+    SHAPES,
+    SIZE_RANGE,
+    Obj,
+    Timeline,
+    draw,
+    generate,
+    shape_mask,
+    write_mp4,
+)
 
 log = logging.getLogger(__name__)
 
-REALTIME = ("realtime_colour", "realtime_shape", "realtime_count", "realtime_exists", "probe")
+REALTIME = ("realtime_colour", "realtime_shape", "realtime_count", "realtime_exists", "probe", "probe_edge")
 FAMILY_WEIGHTS = {"realtime_colour": 1.0, "realtime_shape": 1.0, "realtime_count": 1.0, "realtime_exists": 1.0,
-                  "probe": 1.0, "backward_colour": 1.5, "backward_shape": 1.5, "backward_at_time": 1.0}
+                  "probe": 1.0, "probe_edge": 1.0, "backward_colour": 2.0, "backward_shape": 1.5,
+                  "backward_at_time": 1.5}
+PROBE_TEMPLATE = "Is there {a} {c} {s} now? Answer yes or no."
 N_EVAL_TIMELINES = 2
 
 
@@ -95,6 +113,7 @@ class TrainConfig:
     eval_every: int = 300
     eval_samples: int = 160
     families: dict = field(default_factory=lambda: dict(FAMILY_WEIGHTS))
+    init_from: Path | None = None  # fine-tune this checkpoint (its tower stays as it is) instead of a fresh one
 
 
 class _Data:
@@ -176,13 +195,12 @@ class _Data:
         return self._cells[key]
 
     def sample(self, window_blocks: int, timelines: list[int] | None = None, max_turns: int | None = None,
-               short: bool = False, rng: np.random.Generator | None = None) -> dict:
+               rng: np.random.Generator | None = None) -> dict:
         """A context at a random chunk boundary with questions about it; only the last may need memory (retrieval
         is for the current question), earlier turns are about now, as earlier dialogue turns in the engine.
 
-        A question that names a stream time is answered, as in the engine, from the blocks at that time alone.
-        `short`: the first phase of training, where questions about now see the window alone (no old blocks that
-        show the same shape in another colour), so the model first learns to read what it is asked about."""
+        A question that names a stream time is answered, as in the engine, from the blocks at that time alone; a
+        question about now, from the window alone (the engine retrieves for questions about the past only)."""
         cfg, rng = self.cfg, rng or self.rng
         fpc = cfg.frames_per_chunk
         chunk_s = fpc / cfg.fps
@@ -194,13 +212,13 @@ class _Data:
             k_now = fpc * int(rng.integers(window_blocks + 2, tl.n_frames // fpc)) - 1
             t_now = k_now / cfg.fps
             family = self.families[rng.choice(len(self.families), p=self.family_p)]
-            qa = sample_qa(tl, t_now, rng, window_blocks * chunk_s, [family])
+            qa = self._qa(tl, family, k_now, rng, window_blocks * chunk_s)
             if qa is None:
                 continue
             first_window = k_now + 1 - window_blocks * fpc  # first frame of the window
             window = [list(range(s, s + fpc)) for s in range(first_window, k_now + 1, fpc)]
             past = [list(range(s, s + fpc)) for s in range(first_window - fpc, -1, -fpc)]  # newest first
-            retrieved = self._retrieved(tl, qa, past, chunk_s, rng, now_only_window=short)
+            retrieved = self._retrieved(tl, qa, past, chunk_s, rng)
             if retrieved is None:
                 continue
             turns = {}  # earlier questions (distinct) -> (answer, family): more supervision for the same context
@@ -208,7 +226,7 @@ class _Data:
                 window = []
             elif max_turns > 1:
                 for f in rng.choice(REALTIME, int(rng.integers(0, max_turns))):
-                    if (e := sample_qa(tl, t_now, rng, window_blocks * chunk_s, [str(f)])) is not None:
+                    if (e := self._qa(tl, str(f), k_now, rng, window_blocks * chunk_s)) is not None:
                         turns.setdefault(e.text, (e.answer, e.family))
             turns.pop(qa.text, None)
             turns = [(q, a, f) for q, (a, f) in turns.items()] + [(qa.text, qa.answer, qa.family)]
@@ -216,13 +234,19 @@ class _Data:
             return {"ti": ti, "chunks": chunks, "turns": turns, "question": qa.text, "family": qa.family,
                     "answer": qa.answer}
 
+    def _qa(self, tl: Timeline, family: str, k_now: int, rng: np.random.Generator, window_s: float) -> QA | None:
+        """A question of `family` about the moment of frame k_now, the last frame of the newest chunk."""
+        if family == "probe_edge":
+            return probe_edge(tl, list(range(k_now + 1 - self.cfg.frames_per_chunk, k_now + 1)), rng)
+        return sample_qa(tl, k_now / self.cfg.fps, rng, window_s, [family])
+
     def eval_set(self, n: int) -> list[dict]:
         """n single-question samples from the held-out timelines with the engine's window length (fixed seed)."""
         rng = np.random.default_rng(12345)
         return [self.sample(self.cfg.window_blocks, self.eval_ids, max_turns=1, rng=rng) for _ in range(n)]
 
-    def _retrieved(self, tl: Timeline, qa, past: list[list[int]], chunk_s: float, rng: np.random.Generator,
-                   now_only_window: bool = False) -> list[list[int]] | None:
+    def _retrieved(self, tl: Timeline, qa, past: list[list[int]], chunk_s: float,
+                   rng: np.random.Generator) -> list[list[int]] | None:
         cfg = self.cfg
         k = cfg.top_k
         if not past:
@@ -232,18 +256,15 @@ class _Data:
             t = qa.evidence_s[0]
             hits = [c for c in past if c[0] / fps <= t + chunk_s / 2 and (c[-1] + 1) / fps >= t - chunk_s / 2]
             return hits[:k] or None
-        n_random = k
-        chosen: list[list[int]] = []
-        if qa.family.startswith("backward"):
-            a, b = qa.evidence_s
-            evidence = [c for c in past if a <= c[0] / fps and (c[-1] + 1) / fps <= b + 1e-6]
-            if not evidence:
-                return None
-            n_ev = int(rng.integers(1, min(k, len(evidence)) + 1))
-            chosen = [evidence[i] for i in rng.choice(len(evidence), n_ev, replace=False)]
-            n_random = k - n_ev
-        elif now_only_window or rng.random() < 0.15:
-            return []  # memory off or nothing stored yet
+        if not qa.family.startswith("backward"):
+            return []  # a question about now: the engine answers it from the window alone (scope.about_now)
+        a, b = qa.evidence_s
+        evidence = [c for c in past if a <= c[0] / fps and (c[-1] + 1) / fps <= b + 1e-6]
+        if not evidence:
+            return None
+        n_ev = int(rng.integers(1, min(k, len(evidence)) + 1))
+        chosen = [evidence[i] for i in rng.choice(len(evidence), n_ev, replace=False)]
+        n_random = k - n_ev
         others = [c for c in past if c not in chosen]
         if others and rng.random() < 0.5:  # like the engine, prefer old blocks showing what the question names
             sample = [others[i] for i in rng.choice(len(others), min(40, len(others)), replace=False)]
@@ -253,6 +274,31 @@ class _Data:
         if others and n_random:
             chosen += [others[i] for i in rng.choice(len(others), min(n_random, len(others)), replace=False)]
         return chosen
+
+
+def probe_edge(tl: Timeline, frames: list[int], rng: np.random.Generator) -> QA | None:
+    """A trigger's yes/no probe about the newest chunk (frame indices `frames`) at any moment, changes included,
+    as the engine asks it on every chunk: yes for a pair on screen in every frame of the chunk (just entered
+    too), no for a pair in none of them: half of those a pair that left in the last 8 s or shares its colour or
+    shape with one on screen, and an empty screen as often as it comes. None when the chunk is ambiguous for the
+    pair drawn (on screen in some of its frames only)."""
+    seen = [set(describe(tl, k / tl.fps)) for k in frames]
+    both, either = set.intersection(*seen), set.union(*seen)
+    t = frames[-1] / tl.fps
+    if rng.random() < 0.5:
+        if not both:
+            return None
+        pair, answer = sorted(both)[int(rng.integers(len(both)))], "yes"
+    else:
+        k0 = max(0, frames[0] - round(8 * tl.fps))
+        left = {p for k in range(k0, frames[0]) for p in describe(tl, k / tl.fps)} - either
+        near = {(c, s) for c in COLOURS for s in SHAPES if any(c == c2 or s == s2 for c2, s2 in either)} - either
+        absent = [(c, s) for c in COLOURS for s in SHAPES if (c, s) not in either]
+        pool = sorted(left | near) if (left or near) and rng.random() < 0.5 else absent
+        pair, answer = pool[int(rng.integers(len(pool)))], "no"
+    c, s = pair
+    text = PROBE_TEMPLATE.format(a="an" if c[0] in "aeiou" else "a", c=c, s=s)
+    return QA("probe_edge", text, answer, t, (frames[0] / tl.fps, t))
 
 
 class _Batcher:
@@ -349,7 +395,17 @@ def train(cfg: TrainConfig) -> dict:
     torch.manual_seed(cfg.seed)
     rng = np.random.default_rng(cfg.seed)
     out = Path(cfg.out_dir)
-    build_tiny_checkpoint(out, seed=cfg.seed, hidden=cfg.hidden, layers=cfg.layers, frame_px=cfg.frame_px)
+    previous = None
+    if cfg.init_from is not None:  # fine-tune: the checkpoint's files, its tower as it is, its record kept
+        init = Path(cfg.init_from)
+        if not (init / "config.json").is_file():
+            raise ValueError(f"no checkpoint to fine-tune in {init}")
+        if init.resolve() != out.resolve():
+            shutil.copytree(init, out, dirs_exist_ok=True)
+        if (out / "training.json").is_file():
+            previous = json.loads((out / "training.json").read_text())
+    else:
+        build_tiny_checkpoint(out, seed=cfg.seed, hidden=cfg.hidden, layers=cfg.layers, frame_px=cfg.frame_px)
     adapter = QwenVLAdapter(str(out))
     model = adapter.model
     model.train()
@@ -365,8 +421,11 @@ def train(cfg: TrainConfig) -> dict:
     tok = adapter.tokenizer
     words = torch.tensor([tok.convert_tokens_to_ids(tok.tokenize(" " + w))[0] for w in [*COLOURS, *SHAPES]])
     readout = _Readout(model.config.vision_config.out_hidden_size)
-    history = _vision_warmup(model, adapter.video_processor, cfg, rng, readout, data)
-    _align_words(model.get_input_embeddings(), words, readout)
+    if cfg.init_from is None:
+        history = _vision_warmup(model, adapter.video_processor, cfg, rng, readout, data)
+        _align_words(model.get_input_embeddings(), words, readout)
+    else:
+        history = []
     # from here the tower is frozen at the weights the engine will run (saved in bfloat16), and its tokens for
     # every chunk are computed once: the main loop trains the language model alone, at text speed
     for p in model.model.visual.parameters():
@@ -374,7 +433,7 @@ def train(cfg: TrainConfig) -> dict:
         p.data = p.data.to(torch.bfloat16).float()
     t_enc = time.perf_counter()
     data.encode_chunks(model, adapter.video_processor)
-    history.append({"vision_check": _vision_check(data, readout),
+    history.append({"vision_check": _vision_check(data, readout) if cfg.init_from is None else None,
                     "encode_s": round(time.perf_counter() - t_enc, 1)})
     log.warning("train %s", history[-1])
     # the language model's rate stays low and its weights decayed, or its attention saturates onto a few prompt
@@ -399,7 +458,7 @@ def train(cfg: TrainConfig) -> dict:
             w = int(rng.integers(1, 4))
         else:
             w = cfg.window_blocks if rng.random() < 0.5 else int(rng.integers(2, cfg.window_blocks + 1))
-        batch = batcher.build([data.sample(w, short=short) for _ in range(cfg.batch)])
+        batch = batcher.build([data.sample(w) for _ in range(cfg.batch)])
         captured.clear()
         res = _forward(model, batch, output_attentions=True)
         logits = res.logits
@@ -431,8 +490,10 @@ def train(cfg: TrainConfig) -> dict:
     hook.remove()
     model.eval()
     _save(model, out)
-    record = {"config": {k: v for k, v in asdict(cfg).items() if k != "out_dir"},
+    record = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items() if k != "out_dir"},
               "steps_done": step + 1, "train_s": round(time.perf_counter() - t0, 1), "history": history}
+    if previous is not None:
+        record["fine_tuned_from"] = previous
     (out / "training.json").write_text(json.dumps(record, indent=1))
     return record
 
