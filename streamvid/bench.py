@@ -129,7 +129,8 @@ def _stream(adapter, cfg: BenchConfig, frames: list[np.ndarray], log) -> dict:
         # answers of one token: the whole call is the time to the first token, on the wall clock and in CPU time
         # of this thread (which on a shared CPU does not count the time other processes held the core)
         first = engine.replace(max_new_tokens=1)
-        retrieving = ReasoningWorker(first, adapter, sa.window, sa.memory, sa.questions, sa._outputs, sa._stop)
+        retrieving = ReasoningWorker(first.replace(retrieve_for_now=True), adapter, sa.window, sa.memory,
+                                     sa.questions, sa._outputs, sa._stop)  # every question searches memory
         plain = ReasoningWorker(first.replace(memory_top_k=0), adapter, sa.window, None, sa.questions,
                                 sa._outputs, sa._stop)  # the same window, no retrieval
         index = 0
