@@ -60,11 +60,18 @@ def clip_frames(tmp_path_factory):
     return frames_of(CLIP, tmp_path_factory)
 
 
-def replay_answer(adapter, clip: str, t_s: float, question: str) -> dict:
-    """The engine's own answer on the same frames, replayed on the caller's thread (no app, no threads)."""
+def engine_answer(adapter, clip: str, t_s: float, question: str) -> dict:
+    """The engine's own answer on the same frames, without the app or threads: every frame up to t_s through the
+    ingest worker on this thread, then the question answered on the window, as a live session answers it (the
+    pushed frames end on a chunk boundary, so nothing is left pending)."""
+    from streamvid.types import Question
+
     sa = StreamingAssistant(CONFIG, adapter=adapter)
     try:
-        (answer,) = sa.run_simulated(FileSource(DEMO_VIDEOS / clip / f"{clip}.mp4", fps=2.0), [(t_s, question)])
+        source = FileSource(DEMO_VIDEOS / clip / f"{clip}.mp4", fps=2.0)
+        while (frame := source.read()) is not None and frame.t_s <= t_s:
+            sa.ingest.push(frame)
+        answer = sa.reasoning.answer(Question("q0", question, t_s))
     finally:
         sa.stop()
     return answer.to_json()
@@ -104,7 +111,7 @@ def test_push_a_clip_frame_by_frame_and_ask_the_count(server, clip_frames):
     assert answer["type"] == "answer" and answer["question"] == QUESTION
     assert answer["t_s"] == t_last == 25.5
     assert re.fullmatch(r"\d+", answer["text"]), answer
-    expected = replay_answer(manager.adapter, CLIP, t_last, QUESTION)
+    expected = engine_answer(manager.adapter, CLIP, t_last, QUESTION)
     assert {k: answer[k] for k in ("text", "t_s", "evidence_t_s", "retrieved_blocks")} == \
         {k: expected[k] for k in ("text", "t_s", "evidence_t_s", "retrieved_blocks")}
     polled = client.predict(0, api_name="/poll")
@@ -171,7 +178,7 @@ def test_two_clients_get_independent_sessions(server, clip_frames, tmp_path_fact
     assert ans_a["t_s"] == 25.5 and ans_b["t_s"] == 9.5
     assert max(e[1] for e in ans_b["evidence_t_s"]) <= 10.0  # b's answer saw none of a's 25 s
     for got, clip, t_s in ((ans_a, CLIP, 25.5), (ans_b, "shapes_8", 9.5)):  # each as if it were alone
-        expected = replay_answer(manager.adapter, clip, t_s, QUESTION)
+        expected = engine_answer(manager.adapter, clip, t_s, QUESTION)
         assert (got["text"], got["evidence_t_s"]) == (expected["text"], expected["evidence_t_s"]), clip
     assert [o for o in poll_a["outputs"] if o["type"] == "answer"] == [ans_a]
     assert [o for o in poll_b["outputs"] if o["type"] == "answer"] == [ans_b]
