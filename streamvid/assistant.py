@@ -19,7 +19,6 @@ a new assistant from a saved session (see session_store).
 from __future__ import annotations
 
 import dataclasses
-
 import itertools
 import json
 import logging
@@ -28,6 +27,7 @@ import resource
 import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Self
 
 import numpy as np
 import torch
@@ -36,6 +36,7 @@ from streamvid import session_store, user_text
 from streamvid.adapters.base import VideoLLMAdapter, adapter_for
 from streamvid.budget import Budgets, budgets, window_tokens_for
 from streamvid.config import EngineConfig
+from streamvid.embedders import embedder_name, make_embedder
 from streamvid.future import parse_request, probe_for
 from streamvid.ingest import IngestWorker
 from streamvid.kv_window import Block, KVWindow
@@ -63,9 +64,10 @@ class StreamingAssistant:
             self.window = KVWindow(sink_block, budget_s=config.window_s)
         else:
             self.window = KVWindow(sink_block, window_tokens_for(config, self.adapter.kv_shape))
+        self.embedder = make_embedder(config, self.adapter)  # where retrieval vectors come from (embedders.py)
         self.memory = None
         if config.memory_top_k > 0:
-            self.memory = LongTermMemory(self.adapter.index_dim, config.memory_ram_mb, config.memory_disk_mb,
+            self.memory = LongTermMemory(self.embedder.dim, config.memory_ram_mb, config.memory_disk_mb,
                                          config.memory_dir, kv=config.memory_kv, keep=config.memory_keep)
         self.questions: queue.Queue[Question] = queue.Queue(maxsize=config.question_queue_size)
         self._outputs: queue.Queue[Output] = queue.Queue()
@@ -74,9 +76,9 @@ class StreamingAssistant:
         self._error_reported = False
         self._ids = itertools.count()
         self._watch_ids = itertools.count()
-        self.ingest = IngestWorker(config, self.adapter, self.window, self.memory)
+        self.ingest = IngestWorker(config, self.adapter, self.window, self.memory, self.embedder)
         self.reasoning = ReasoningWorker(config, self.adapter, self.window, self.memory, self.questions,
-                                         self._outputs, self._stop)
+                                         self._outputs, self._stop, self.embedder)
         self.ingest.on_block = self.reasoning.wake.set
         self.ingest_done = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -167,7 +169,7 @@ class StreamingAssistant:
             self._raise_error()
         return saved
 
-    def __enter__(self) -> StreamingAssistant:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -256,11 +258,12 @@ class StreamingAssistant:
                adapter: VideoLLMAdapter | None = None) -> StreamingAssistant:
         """A new assistant that continues the session saved in `directory`: the same window and long-term
         memory, stream time continuing where it stopped, the recent dialogue. `config` defaults to the saved
-        one; its model must be the saved model. Raises session_store.SnapshotError (a ValueError) with a one-line
-        message for a missing, damaged or foreign snapshot."""
+        one; its model and embedder must be the saved ones. Raises session_store.SnapshotError (a ValueError) with
+        a one-line message for a missing, damaged or foreign snapshot."""
         meta = session_store.read_meta(directory)
         config = config or session_store.config_from(meta)
         session_store.check_model(directory, meta, config.model)
+        session_store.check_embedder(directory, meta, embedder_name(config.embedder))
         snap = session_store.load(directory, meta=meta)
         sa = cls(config, adapter)
         try:

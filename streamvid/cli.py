@@ -67,6 +67,17 @@ def _engine_args(parser: argparse.ArgumentParser, d) -> None:
                              "are answered from the recent window; see streamvid/scope.py)")
     parser.add_argument("--index-layer", type=int, default=None,
                         help="decoder layer of the retrieval vectors (default: retrieval.default_index_layer)")
+    parser.add_argument("--embedder", default=d.embedder, metavar="model|clip:ID",
+                        help="retrieval vectors: the model's own (model), or a CLIP/SigLIP checkpoint's image and "
+                             "text features (clip:HF_ID or clip:DIR)")
+
+
+def _embedder_model(args: argparse.Namespace) -> str | None:
+    """The checkpoint `--embedder clip:ID` loads (None for the model's own vectors); a malformed value is the
+    one-line ValueError of embedders.check_spec."""
+    from streamvid.embedders import embedder_model
+
+    return embedder_model(args.embedder)
 
 
 def _engine_config(args: argparse.Namespace, **fields):
@@ -76,8 +87,8 @@ def _engine_config(args: argparse.Namespace, **fields):
                         attn=args.attn, window_s=args.window_s, window_mb=args.window_mb,
                         window_tokens=getattr(args, "window_tokens", None), memory_ram_mb=args.memory_ram_mb,
                         memory_disk_mb=args.memory_disk_mb, memory_kv=args.memory_kv, memory_keep=args.memory_keep,
-                        index_layer=args.index_layer, retrieve_for_now=args.retrieve_for_now, fps=args.fps,
-                        **fields)
+                        index_layer=args.index_layer, embedder=args.embedder, retrieve_for_now=args.retrieve_for_now,
+                        fps=args.fps, **fields)
 
 
 def _log_budgets(sa, video: str) -> None:
@@ -142,7 +153,7 @@ def _print(obj: dict) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    _hub_for(args.model)
+    _hub_for(args.model, _embedder_model(args))
     cfg = _engine_config(args, memory_top_k=args.memory_top_k, max_new_tokens=args.max_new_tokens,
                          frame_px=args.frame_px, narrate=args.narrate)
     _check_model(cfg.model)
@@ -231,7 +242,7 @@ def _run_live(sa, source, asks: list[tuple[float, str]], watches: list[tuple[flo
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    _hub_for(args.model, args.judge)
+    _hub_for(args.model, args.judge, _embedder_model(args))
     from streamvid.eval.batch import score_files
     from streamvid.eval.report import write_reports
     from streamvid.eval.score import load_all
@@ -312,7 +323,7 @@ def cmd_make_tiny(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    _hub_for(args.model)
+    _hub_for(args.model, _embedder_model(args))
     from streamvid.app.inputs import InputPolicy
     from streamvid.app.sessions import SessionManager
     from streamvid.app.ui import build_demo, check_bind, launch, upload_folder

@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from streamvid.embedders import check_spec as check_embedder
 from streamvid.proactive import Thresholds
 
 BUNDLED_MODEL = Path(__file__).resolve().parent.parent / "models" / "streamvid-tiny"
@@ -35,6 +36,7 @@ class EngineConfig:
     memory_kv: str = "int8"  # how long-term blocks are stored: "int8" (quantised K and V, memory.py) or "float"
     memory_keep: float = 1.0  # share of a block's tokens kept in long-term memory (lowest key norm first kept)
     index_layer: int | None = None  # decoder layer of the retrieval vectors; None: retrieval.default_index_layer
+    embedder: str = "model"  # retrieval vectors: the model's own ("model") or "clip:<HF id or dir>" (embedders.py)
     rebase_after_pos: int = 16384  # rebase window positions once the next position passes this
     max_new_tokens: int = 32
     question_queue_size: int = 8
@@ -77,6 +79,7 @@ class EngineConfig:
             raise ValueError(f"memory_kv must be 'int8' or 'float', got {self.memory_kv!r}")
         if not 0 < self.memory_keep <= 1:
             raise ValueError(f"memory_keep must be in (0, 1], got {self.memory_keep}")
+        check_embedder(self.embedder)
         if self.index_layer is not None and self.index_layer < 0:
             raise ValueError(f"index_layer must be >= 0 or None, got {self.index_layer}")
         for name in ("memory_top_k", "dialogue_turns", "gate_min_novelty", "gate_follow_up", "narrate_min_novelty"):

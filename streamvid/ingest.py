@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from streamvid.adapters.base import VideoLLMAdapter
 from streamvid.config import EngineConfig
+from streamvid.embedders import Embedder, ModelEmbedder
 from streamvid.kv_window import Block, KVWindow
 from streamvid.memory import LongTermMemory
 from streamvid.positions import concat
@@ -28,7 +29,7 @@ from streamvid.types import Frame
 
 class IngestWorker:
     def __init__(self, config: EngineConfig, adapter: VideoLLMAdapter, window: KVWindow,
-                 memory: LongTermMemory | None):
+                 memory: LongTermMemory | None, embedder: Embedder | None = None):
         if config.frames_per_chunk % adapter.frames_per_chunk_multiple:
             raise ValueError(f"frames_per_chunk must be a multiple of {adapter.frames_per_chunk_multiple}, "
                              f"got {config.frames_per_chunk}")
@@ -36,6 +37,7 @@ class IngestWorker:
         self.adapter = adapter
         self.window = window
         self.memory = memory
+        self.embedder = embedder or ModelEmbedder(adapter)  # gives each block its retrieval vector
         self.source = None
         self.on_block: Callable[[], None] | None = None
         self._pending: list[Frame] = []
@@ -78,10 +80,11 @@ class IngestWorker:
         t0 = time.perf_counter()
         snap = self.window.snapshot()
         enc = self._encode(frames, snap)
+        vector = self.embedder.chunk_vector([f.image for f in frames], enc)  # the chunk's own frames, not padding
         with self.lock:
             block = Block(id=self._next_id, t_start_s=frames[0].t_s, t_end_s=frames[-1].t_s + 1.0 / self.config.fps,
                           keys=enc.keys, values=enc.values, pos_start=snap.next_pos, pos_span=enc.pos_span,
-                          vector=enc.vector, scene=enc.scene)
+                          vector=vector, scene=enc.scene)
             self._next_id += 1
             for old in self.window.append(block):
                 if self.memory is not None:
@@ -109,8 +112,8 @@ class IngestWorker:
         snap = self.window.snapshot()
         enc = self._encode(frames, snap)
         return Block(id=-1, t_start_s=frames[0].t_s, t_end_s=frames[-1].t_s + 1.0 / self.config.fps, keys=enc.keys,
-                     values=enc.values, pos_start=snap.next_pos, pos_span=enc.pos_span, vector=enc.vector,
-                     scene=enc.scene)
+                     values=enc.values, pos_start=snap.next_pos, pos_span=enc.pos_span, vector=None,
+                     scene=enc.scene)  # no vector: this block is never stored or searched
 
     def _encode(self, frames: list[Frame], snap):
         """One chunk's KV on top of the window snapshot; a short chunk is padded by repeating its last frame."""

@@ -26,12 +26,13 @@ import numpy as np
 
 from streamvid.adapters.base import Context, VideoLLMAdapter
 from streamvid.config import EngineConfig
+from streamvid.embedders import Embedder, ModelEmbedder
 from streamvid.future import Probe, acknowledgement, parse_request
 from streamvid.kv_window import Block, KVWindow, WindowSnapshot
 from streamvid.memory import LongTermMemory
 from streamvid.positions import layout
-from streamvid.scope import about_now
 from streamvid.proactive import ChangeGate, FiringRule, NarrationPolicy
+from streamvid.scope import about_now
 from streamvid.types import Output, Question
 
 _NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
@@ -139,11 +140,13 @@ class _Round:
 
 class ReasoningWorker:
     def __init__(self, config: EngineConfig, adapter: VideoLLMAdapter, window: KVWindow,
-                 memory: LongTermMemory | None, questions: queue.Queue, outputs: queue.Queue, stop: threading.Event):
+                 memory: LongTermMemory | None, questions: queue.Queue, outputs: queue.Queue, stop: threading.Event,
+                 embedder: Embedder | None = None):
         self.config = config
         self.adapter = adapter
         self.window = window
         self.memory = memory
+        self.embedder = embedder or ModelEmbedder(adapter)  # the question's vector, in the blocks' space
         self.questions = questions
         self.outputs = outputs
         self.stop = stop
@@ -340,9 +343,10 @@ class ReasoningWorker:
                       {"question": q.text, "t_s": round(q.t_s, 3), "p_yes": round(p_yes, 4)})
 
     def retrieve(self, q: Question, snap: WindowSnapshot) -> tuple[list[Block], bool]:
-        """Top-k memory blocks by the model's own vectors; for a question that names an older stream time
-        ("at 03:12", "two minutes ago"), the blocks at that time instead; none for a question about the present
-        moment (`scope.about_now`, unless `retrieve_for_now`). Also says whether the question named a time."""
+        """Top-k memory blocks by the embedder's vectors (the model's own by default); for a question that names
+        an older stream time ("at 03:12", "two minutes ago"), the blocks at that time instead; none for a question
+        about the present moment (`scope.about_now`, unless `retrieve_for_now`). Also says whether the question
+        named a time."""
         k = self.config.memory_top_k
         if self.memory is None or k == 0 or len(self.memory) == 0:
             return [], False
@@ -354,7 +358,7 @@ class ReasoningWorker:
         if times:  # the question says when to look: the blocks at those times, not the nearest vectors
             ids = [i for t in times for i in self.memory.ids_at(t, pad_s=chunk_s / 2)]
         else:
-            ids = [i for i, _ in self.memory.search(self.adapter.question_vector(q.text), k)]
+            ids = [i for i, _ in self.memory.search(self.embedder.question_vector(q.text), k)]
         in_window = {b.id for b in snap.blocks}  # evicted after the snapshot was taken: already in the context
         unique = [i for i in dict.fromkeys(ids) if i not in in_window][:k]
         devices = [k.device for k in snap.sinks.keys]  # one per layer (a device_map may spread them)

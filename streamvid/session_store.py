@@ -6,22 +6,23 @@
 A session directory holds one complete snapshot at a time:
 
     DIR/session.json           pointer: format, format_version, the current snapshot folder, sha256 of its meta
-    DIR/snap-000042/meta.json  format version, model identity, config, stream clock, dialogue, window block list,
-                               size and sha256 of every other file in the folder
+    DIR/snap-000042/meta.json  format version, model identity, embedder (name, dim), config, stream clock,
+                               dialogue, window block list, size and sha256 of every other file in the folder
     DIR/snap-000042/window.safetensors   the sink tokens and the window's blocks, exact KV + retrieval vectors
     DIR/snap-000042/memory/    long-term memory (LongTermMemory.snapshot): one safetensors file per block,
                                index.faiss (faiss.write_index) and memory.json
     DIR/.lock                  held (flock) by the process using the session
 
 Saving is atomic: a new snapshot is written into a temporary folder, every file and folder is made durable (one
-syncfs of the filesystem on Linux, else fsync of each), the folder is renamed to its final name, and only then the pointer is replaced (temp file, fsync, rename, fsync of DIR).
+syncfs of the filesystem on Linux, else fsync of each), the folder is renamed to its final name, and only then
+the pointer is replaced (temp file, fsync, rename, fsync of DIR).
 A crash at any point leaves the pointer on the previous complete snapshot; folders it does not name are removed
 by the next save. Nothing is pickled: tensors are safetensors, the index is FAISS's own format, the rest JSON.
 
 Loading checks the pointer, the format version, every file's size and sha256, and the model identity
-(model_type, sha256 of config.json, and a fingerprint of the weight files: name, size, first and last MiB), so
-a snapshot of another model, another format version or a damaged file is refused with one line that says what
-to do, before any tensor is used.
+(model_type, sha256 of config.json, and a fingerprint of the weight files: name, size, first and last MiB) and
+the embedder of the retrieval vectors (check_embedder), so a snapshot of another model or embedder, another format
+version or a damaged file is refused with one line that says what to do, before any tensor is used.
 
 Thread contract: `save` may run on any thread while the session's workers run: it holds the ingest worker's
 `lock` (so no block moves from the window to memory meanwhile), the window lock for a snapshot, and the memory
@@ -125,6 +126,7 @@ def save(sa: StreamingAssistant, directory: str | Path) -> dict:
     meta = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "model": model_identity(sa.config.model),
+        "embedder": {"name": sa.embedder.name, "dim": sa.embedder.dim},  # the space of every stored vector
         "kv": {"dtype": str(snap.sinks.keys[0].dtype).removeprefix("torch."), "layers": len(snap.sinks.keys),
                "kv_heads": int(snap.sinks.keys[0].shape[1]), "head_dim": int(snap.sinks.keys[0].shape[3])},
         "config": dataclasses.asdict(sa.config),
@@ -217,6 +219,16 @@ def check_model(directory: str | Path, meta: dict, model: str) -> None:
         raise SnapshotError(f"session {directory} was saved with model {saved['model']} ({saved['model_type']}), "
                             f"not {model} ({now['model_type']}): pass --model {saved['model']} or use another "
                             f"--session folder")
+
+
+def check_embedder(directory: str | Path, meta: dict, name: str) -> None:
+    """Refuse a snapshot whose retrieval vectors came from another embedder (embedders.embedder_name): its memory
+    index would be searched with vectors of another space. Snapshots from before embedders were named used the
+    model's own vectors."""
+    saved = meta.get("embedder", {"name": "model"})["name"]
+    if saved != name:
+        raise SnapshotError(f"session {directory} was saved with retrieval vectors from embedder {saved}, not "
+                            f"{name}: pass --embedder {saved} or use another --session folder")
 
 
 def load(directory: str | Path, model: str | None = None, meta: dict | None = None) -> Snapshot:
