@@ -47,8 +47,8 @@ class EngineConfig:
     probe_batch: int = 8  # trigger probes per batched forward (questions are served between batches)
     # the firing rule and gate defaults were chosen on ShapesWorld dev seeds 2001-2003 with the bundled model
     # (benchmarks/trigger_sweep.py; benchmarks/RESULTS.md has the held-out numbers)
-    trigger_fire: float = 0.5  # default firing rule of a trigger (proactive.Thresholds); watch() may override
-    trigger_reset: float = 0.3
+    trigger_fire: float = 0.6  # default firing rule of a trigger (proactive.Thresholds); watch() may override
+    trigger_reset: float = 0.4
     trigger_k: int = 2
     trigger_cooldown_s: float = 10.0
     gate_min_novelty: float = 0.01  # re-probe when the chunk's vision tokens moved this far from the last probe's
