@@ -74,9 +74,9 @@ def test_tell_me_when_fires_once_near_its_event(run):
         assert len(mine) <= 1, (q["text"], [a.data["t_s"] for a in mine])  # one-shot: never twice
         lo, hi = gold["window"]
         on_time += len(mine) == 1 and lo <= mine[0].data["t_s"] <= hi
-    # most alerts inside the gold window (the bundled model: 4 of 6 on this clip; held-out Timeliness-F1 in the
-    # model card), and never two for one question
-    assert on_time >= math.ceil(0.5 * len(forward)), f"{on_time} of {len(forward)} alerts inside the gold window"
+    # nearly all alerts inside the gold window (the bundled model: 6 of 6 on this clip; held-out Timeliness-F1 0.96
+    # in the model card), and never two for one question
+    assert on_time >= math.ceil(0.8 * len(forward)), f"{on_time} of {len(forward)} alerts inside the gold window"
 
 
 def test_silent_when_the_event_never_happens(run):
