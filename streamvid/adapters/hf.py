@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor, DynamicCache
+from transformers.cache_utils import DynamicLayer
 from transformers.utils import logging as hf_logging
 
 from streamvid.adapters.base import Context, Encoded
@@ -185,8 +186,11 @@ class HFVideoAdapter:
             if stop is not None and stop.is_set():
                 return
             with self.lock, torch.inference_mode():
+                # the first forward copies the context into a buffer with room for the prompt and every new
+                # token; each later step writes its own token's K/V in place (_BufferLayer)
                 logits, cache = self._forward(ids, self._text_positions(pos, ids.shape[1]),
-                                              context if cache is None else None, cache=cache)
+                                              context if cache is None else None, cache=cache,
+                                              spare=ids.shape[1] + max_new_tokens)
             pos += ids.shape[1]
             token = int(logits[0, -1].argmax())
             if token in self._stop_ids:
@@ -233,11 +237,13 @@ class HFVideoAdapter:
 
     # ---- internals --------------------------------------------------------------------------------------
     def _forward(self, ids: torch.Tensor, positions: torch.Tensor, past: Context | None,
-                 cache: DynamicCache | None = None, use_cache: bool = True,
+                 cache: DynamicCache | None = None, use_cache: bool = True, spare: int | None = None,
                  **vision) -> tuple[torch.Tensor, DynamicCache]:
+        """Logits of the last position and the cache after `ids`. Without `cache`, one is made from `past`: its K/V
+        copied once into buffers with room for `spare` more tokens (default: these ids), which this forward and
+        later ones on the returned cache fill in place."""
         if cache is None and use_cache:
-            data = list(zip(past.keys, past.values)) if past is not None and past.n_tokens else None
-            cache = DynamicCache(ddp_cache_data=data, config=self.model.config)
+            cache = _cache(self.model.config, past, ids.shape[1] if spare is None else spare)
         out = self.model(input_ids=ids.to(self.device), position_ids=positions.to(self.device), cache=cache,
                          use_cache=use_cache, logits_to_keep=1, **vision)
         return out.logits, cache
@@ -339,6 +345,66 @@ class ChatMLAdapter(HFVideoAdapter):
         turns = "".join(f"{q}<|im_end|>\n<|im_start|>assistant\n{a}<|im_end|>\n<|im_start|>user\n"
                         for q, a in dialogue)
         return f"{turns}{question}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def _cache(config, past: Context | None, spare: int) -> DynamicCache:
+    """A DynamicCache holding `past`, its full-attention layers on _BufferLayer with room for `spare` more tokens
+    (other layer kinds, and an empty past, as DynamicCache makes them)."""
+    cache = DynamicCache(config=config)
+    if past is None or not past.n_tokens:
+        return cache
+    for i, (k, v) in enumerate(zip(past.keys, past.values, strict=True)):
+        if type(cache.layers[i]) is DynamicLayer:
+            cache.layers[i] = _BufferLayer(k, v, spare)
+        else:
+            cache.layers[i].update(k, v)
+    return cache
+
+
+class _BufferLayer(DynamicLayer):
+    """A full-attention cache layer on preallocated buffers: `update` writes the new tokens' K/V after the cached
+    ones, in place, and returns views of the filled part (a full buffer grows to twice its size). So a context is
+    copied once, where DynamicLayer concatenates the whole cache again on every forward (every decoded token).
+
+    The returned K/V are views of buffers this layer writes on later updates: a caller that keeps them beyond the
+    next update copies them (HFAdapter._tail clones a new block's K/V)."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, spare: int):
+        super().__init__()
+        n = keys.shape[-2]
+        self._k = keys.new_empty((*keys.shape[:-2], n + spare, keys.shape[-1]))  # (batch, kv_heads, capacity, head_dim)
+        self._v = values.new_empty((*values.shape[:-2], n + spare, values.shape[-1]))
+        self._k[..., :n, :].copy_(keys)
+        self._v[..., :n, :].copy_(values)
+        self._n = n  # tokens filled
+        self.device = keys.device
+        self.is_initialized = True
+        self._expose()
+
+    def _expose(self) -> None:
+        self.keys, self.values = self._k[..., :self._n, :], self._v[..., :self._n, :]
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+        end = self._n + key_states.shape[-2]
+        if end > self._k.shape[-2]:
+            self._k, self._v = (_grown(b, self._n, max(end, 2 * b.shape[-2])) for b in (self._k, self._v))
+        self._k[..., self._n:end, :].copy_(key_states)
+        self._v[..., self._n:end, :].copy_(value_states)
+        self._n = end
+        self._expose()
+        return self.keys, self.values
+
+    def crop(self, tokens_to_remove: int) -> None:
+        """Drop the last -`tokens_to_remove` tokens (a negative count), as DynamicLayer.crop; their room is reused."""
+        super().crop(tokens_to_remove)  # checks the argument as DynamicLayer does
+        self._n = self.keys.shape[-2]
+        self._expose()
+
+
+def _grown(buf: torch.Tensor, filled: int, capacity: int) -> torch.Tensor:
+    out = buf.new_empty((*buf.shape[:-2], capacity, buf.shape[-1]))
+    out[..., :filled, :].copy_(buf[..., :filled, :])
+    return out
 
 
 class _StopForward(Exception):
