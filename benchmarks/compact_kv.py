@@ -1,8 +1,9 @@
 """What compact long-term KV costs: logit error, answers and accuracy on ShapesWorld memory questions, bytes per hour.
 
-    python benchmarks/compact_kv.py [demo_videos/shapes_7 demo_videos/shapes_8 demo_videos/shapes_9]
+    python benchmarks/compact_kv.py [CLIP_DIR ...] [--choices float:1 int8:1 int4:1 int8:0.75 ...]
 
-For each storage choice (memory_kv float / int8, memory_keep 1 / 0.75 / 0.5) the bundled model replays each
+(default clips: demo_videos/shapes_7, shapes_8, shapes_9). For each storage choice (memory_kv float / int8 / int4,
+memory_keep 1 / 0.75 / 0.5) the bundled model replays each
 demo clip and answers its memory questions (backward colour / shape / at-time) at their stream times; the report
 gives accuracy, answers equal to the full-precision run, and memory bytes per hour of stream. The logit error is
 measured at the end of each clip: for every memory question, the top-k blocks retrieved from full-precision memory
@@ -13,8 +14,8 @@ Bytes per hour for Qwen2.5-VL-7B (bfloat16, 448 px, 2 fps) are computed from its
 
 from __future__ import annotations
 
+import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -31,7 +32,7 @@ from streamvid.positions import layout
 from streamvid.sources import FileSource
 from streamvid.types import Question
 
-CHOICES = [("float", 1.0), ("int8", 1.0), ("int8", 0.75), ("int8", 0.5), ("float", 0.5)]
+CHOICES = [("float", 1.0), ("int8", 1.0), ("int4", 1.0), ("int8", 0.75), ("int8", 0.5), ("float", 0.5)]
 QWEN25_VL_7B = {"hidden_size": 3584, "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4}
 
 
@@ -63,11 +64,12 @@ def logit_errors(adapter, sa: StreamingAssistant, qs, kind: str, keep: float) ->
     return out
 
 
-def main(clips: list[Path]) -> dict:
+def main(clips: list[Path], choices: list[tuple[str, float]] = CHOICES) -> dict:
     adapter = load_adapter(str(BUNDLED_MODEL))
     answers: dict[tuple[str, float], list[str]] = {}
     report = {"choices": []}
-    for kind, keep in CHOICES:
+    choices = [("float", 1.0)] + [c for c in choices if c != ("float", 1.0)]  # the reference comes first
+    for kind, keep in choices:
         cfg = EngineConfig(max_new_tokens=12, memory_kv=kind, memory_keep=keep)
         texts, right, errors, stored, seconds = [], [], [], 0, 0.0
         t0 = time.perf_counter()
@@ -106,6 +108,11 @@ def main(clips: list[Path]) -> dict:
 
 
 if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("clips", nargs="*", type=Path)
+    ap.add_argument("--choices", nargs="+", default=[f"{k}:{p:g}" for k, p in CHOICES],
+                    help="memory_kv:memory_keep pairs (float:1 is always run first, as the reference)")
+    args = ap.parse_args()
     root = BUNDLED_MODEL.parent.parent / "demo_videos"
-    paths = [Path(p) for p in sys.argv[1:]] or [root / "shapes_7", root / "shapes_8", root / "shapes_9"]
-    main(paths)
+    chosen = [(c.split(":")[0], float(c.split(":")[1])) for c in args.choices]
+    main(args.clips or [root / "shapes_7", root / "shapes_8", root / "shapes_9"], chosen)

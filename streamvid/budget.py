@@ -17,7 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
-SCALE_BYTES = 2  # int8 scales are float16 (memory.quantize)
+SCALE_BYTES = 2  # int8 and int4 scales (and int4 minima) are float16 (kv_compact.py)
+MEMORY_KINDS = ("int8", "int4", "float")  # how long-term memory may store a block's K and V (kv_compact.py)
+INT4_GROUP = 32  # int4: tokens per key scale group, channels per value scale group
 
 
 @dataclass(frozen=True)
@@ -50,14 +52,20 @@ class KVShape:
 def stored_block_bytes(shape: KVShape, n_tokens: int, kind: str = "int8") -> int:
     """Bytes of one block of `n_tokens` in long-term memory. "float": as in the window. "int8": one byte per
     element, plus float16 scales: keys per channel (one per layer, head and channel), values per token (one per
-    layer, head and token)."""
+    layer, head and token). "int4": half a byte per element, plus a float16 scale and minimum per group: keys per
+    channel and group of INT4_GROUP tokens, values per token and group of INT4_GROUP channels."""
     elements = shape.layers * 2 * shape.kv_heads * shape.head_dim * n_tokens
     if kind == "float":
         return elements * shape.dtype_bytes
-    if kind != "int8":
-        raise ValueError(f"kind must be 'int8' or 'float', got {kind!r}")
-    scales = shape.layers * shape.kv_heads * (shape.head_dim + n_tokens)
-    return elements + scales * SCALE_BYTES
+    if kind == "int8":
+        scales = shape.layers * shape.kv_heads * (shape.head_dim + n_tokens)
+        return elements + scales * SCALE_BYTES
+    if kind == "int4":
+        def groups(m: int) -> int:
+            return -(-m // min(INT4_GROUP, m))
+        scales = shape.layers * shape.kv_heads * (shape.head_dim * groups(n_tokens) + n_tokens * groups(shape.head_dim))
+        return elements // 2 + 2 * scales * SCALE_BYTES
+    raise ValueError(f"kind must be one of {', '.join(MEMORY_KINDS)}, got {kind!r}")
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,8 @@ import time
 import traceback
 from pathlib import Path
 
+from streamvid.budget import MEMORY_KINDS
+
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
 log = logging.getLogger("streamvid.cli")
@@ -58,8 +60,8 @@ def _engine_args(parser: argparse.ArgumentParser, d) -> None:
     parser.add_argument("--window-mb", type=float, default=None, help="KV window in MB of KV (instead of seconds)")
     parser.add_argument("--memory-ram-mb", type=float, default=d.memory_ram_mb, help="long-term memory in RAM")
     parser.add_argument("--memory-disk-mb", type=float, default=d.memory_disk_mb, help="long-term memory on disk")
-    parser.add_argument("--memory-kv", default=d.memory_kv, choices=("int8", "float"),
-                        help="how long-term KV blocks are stored")
+    parser.add_argument("--memory-kv", default=d.memory_kv, choices=MEMORY_KINDS,
+                        help="how long-term KV blocks are stored (int8: 1 byte per element, int4: 0.56)")
     parser.add_argument("--memory-keep", type=float, default=d.memory_keep,
                         help="share of each long-term block's tokens kept (1: all)")
     parser.add_argument("--retrieve-for-now", action="store_true",

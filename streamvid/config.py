@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from streamvid.budget import MEMORY_KINDS
 from streamvid.embedders import check_spec as check_embedder
 from streamvid.proactive import Thresholds
 
@@ -33,7 +34,7 @@ class EngineConfig:
     memory_ram_mb: float = 8192.0  # long-term blocks in host RAM; beyond it they spill to disk
     memory_disk_mb: float = 65536.0  # spilled blocks on disk; beyond it the oldest are dropped
     memory_dir: str | None = None  # where spilled blocks go; None: a temporary directory
-    memory_kv: str = "int8"  # how long-term blocks are stored: "int8" (quantised K and V, memory.py) or "float"
+    memory_kv: str = "int8"  # how long-term blocks are stored: "int8" or "int4" (quantised K and V, kv_compact.py), "float"
     memory_keep: float = 1.0  # share of a block's tokens kept in long-term memory (lowest key norm first kept)
     index_layer: int | None = None  # decoder layer of the retrieval vectors; None: retrieval.default_index_layer
     embedder: str = "model"  # retrieval vectors: the model's own ("model") or "clip:<HF id or dir>" (embedders.py)
@@ -75,8 +76,8 @@ class EngineConfig:
         if self.window_tokens is not None and self.window_mb is not None:
             raise ValueError(f"set the window in tokens or in MB, not both: got window_tokens={self.window_tokens}, "
                              f"window_mb={self.window_mb}")
-        if self.memory_kv not in ("int8", "float"):
-            raise ValueError(f"memory_kv must be 'int8' or 'float', got {self.memory_kv!r}")
+        if self.memory_kv not in MEMORY_KINDS:
+            raise ValueError(f"memory_kv must be one of {', '.join(MEMORY_KINDS)}, got {self.memory_kv!r}")
         if not 0 < self.memory_keep <= 1:
             raise ValueError(f"memory_keep must be in (0, 1], got {self.memory_keep}")
         check_embedder(self.embedder)

@@ -1,7 +1,7 @@
 """Long-term memory: blocks evicted from the KV window keep their KV tensors, compact, and one FAISS vector each.
 
-A block enters compact (kv_compact.py): int8 K (per-channel scales) and V (per-token scales) by default, or as it
-was ("float"), optionally with only a share of its tokens. Compact blocks live in host RAM up to `ram_mb`; beyond
+A block enters compact (kv_compact.py): int8 K (per-channel scales) and V (per-token scales) by default, int4
+(grouped scales, half the bytes), or as it was ("float"), optionally with only a share of its tokens. Compact blocks live in host RAM up to `ram_mb`; beyond
 it the oldest are written by the spill thread ("streamvid-spill") into a few large append-only shard files
 (`shard_<n>.bin`, each a run of records; a record is one block in safetensors layout) in `disk_dir`; beyond
 `disk_mb` of shards the oldest blocks are dropped (from storage and from the index) and a shard file is deleted
@@ -32,7 +32,7 @@ import faiss
 import numpy as np
 import torch
 
-from streamvid.kv_compact import compact_tensors, dequantize, prune
+from streamvid.kv_compact import KINDS, compact_tensors, prune, restore
 from streamvid.kv_window import Block
 
 SHARD_MB = 256.0  # a shard file is closed once it holds this much (at most a quarter of the disk cap)
@@ -65,7 +65,7 @@ class StoredBlock:
     pos_start: int
     pos_span: int
     vector: np.ndarray  # (dim,) float32
-    kind: str  # "int8" or "float"
+    kind: str  # "int8", "int4" or "float" (kv_compact.KINDS)
     dtype: str  # the dtype the block's K and V had (and get back): "float32", "bfloat16", ...
     n_layers: int
     buf: torch.Tensor = field(repr=False)  # (bytes,) uint8 on the host, pinned when it came from CUDA
@@ -121,13 +121,9 @@ class StoredBlock:
             dev = torch.device(dev)
             if dev not in on:
                 on[dev] = _views(self.buf.to(dev, non_blocking=self.buf.is_pinned()), self.layout)
-            t = on[dev]
-            if self.kind == "int8":
-                keys.append(dequantize(t[f"k{i}"], t[f"ks{i}"], dtype))
-                values.append(dequantize(t[f"v{i}"], t[f"vs{i}"], dtype))
-            else:
-                keys.append(t[f"k{i}"].to(dtype))
-                values.append(t[f"v{i}"].to(dtype))
+            k, v = restore(on[dev], i, self.kind, dtype)
+            keys.append(k)
+            values.append(v)
         return Block(self.id, self.t_start_s, self.t_end_s, tuple(keys), tuple(values), self.pos_start,
                      self.pos_span, self.vector)
 
@@ -175,8 +171,8 @@ class LongTermMemory:
     def __init__(self, dim: int, ram_mb: float = 8192.0, disk_mb: float = 65536.0,
                  disk_dir: str | Path | None = None, kv: str = "int8", keep: float = 1.0,
                  shard_mb: float = SHARD_MB):
-        if kv not in ("int8", "float"):
-            raise ValueError(f"kv must be 'int8' or 'float', got {kv!r}")
+        if kv not in KINDS:
+            raise ValueError(f"kv must be one of {', '.join(KINDS)}, got {kv!r}")
         if not 0 < keep <= 1:
             raise ValueError(f"keep must be in (0, 1], got {keep}")
         self.dim = dim

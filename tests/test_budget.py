@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 from conftest import random_frames
 
 from streamvid.assistant import StreamingAssistant
@@ -68,8 +69,22 @@ def test_tiny_model_bytes_per_token_equal_real_cache_bytes(adapter):
     block = Block(0, 0.0, 1.0, enc.keys, enc.values, ctx.pos_span, enc.pos_span, enc.vector)
     assert block.nbytes == enc.n_tokens * adapter.kv_shape.bytes_per_token  # the cache's own tensors
     assert adapter.tokens_per_chunk(56, 56, 2) == enc.n_tokens  # the processor resizes small frames up
-    for kind in ("int8", "float"):
+    for kind in ("int8", "int4", "float"):
         assert StoredBlock.of(block, kind).nbytes == stored_block_bytes(adapter.kv_shape, enc.n_tokens, kind)
+
+
+def test_int4_block_bytes_for_a_7b_chunk_by_hand():
+    """A 258-token chunk of Qwen2.5-VL-7B (28 layers, 4 KV heads, head_dim 128): half a byte per element, and a
+    float16 scale and minimum per key group (128 channels x 9 groups of up to 32 tokens) and value group (258 tokens
+    x 4 groups of 32 channels), per layer and head."""
+    shape = KVShape(28, 4, 128, 2)
+    elements = 28 * 2 * 4 * 128 * 258
+    groups = 28 * 4 * (128 * 9 + 258 * 4)
+    assert stored_block_bytes(shape, 258, "int4") == elements // 2 + groups * 2 * 2 == 4_677_120
+    g = torch.Generator().manual_seed(0)
+    kv = tuple(torch.randn(1, 4, 258, 128, generator=g, dtype=torch.bfloat16) for _ in range(2))
+    block = Block(0, 0.0, 1.0, kv[:1], kv[1:], 0, 258, np.ones(4, np.float32))
+    assert StoredBlock.of(block, "int4").nbytes == stored_block_bytes(KVShape(1, 4, 128, 2), 258, "int4")
 
 
 def test_bundled_defaults_window_is_eight_chunks_of_18_tokens(adapter):
