@@ -5,7 +5,8 @@ Thread contract: only the ingest thread calls `step`, `push`, `flush` and `tail`
 any thread (plain attribute reads). `on_block`, set before the thread starts, is called on the ingest thread
 after each new block is in the window (the assistant uses it to wake the reasoning thread). `lock` is held while
 a new block enters the window and evicted blocks enter memory, so a session snapshot (session_store.save) taken
-under it sees every block exactly once.
+under it sees every block exactly once. Chunks are encoded on the ingest thread's own copy of sinks + window
+(`window_buffer.WindowBuffer`), which the forward appends to in place.
 
 Stream time: frames keep their source's time plus `t_offset_s`, the session time at which this input started
 (0 for a fresh session; where the previous run ended for a resumed one).
@@ -23,8 +24,8 @@ from streamvid.config import EngineConfig
 from streamvid.embedders import Embedder, ModelEmbedder
 from streamvid.kv_window import Block, KVWindow
 from streamvid.memory import LongTermMemory
-from streamvid.positions import concat
 from streamvid.types import Frame
+from streamvid.window_buffer import WindowBuffer
 
 
 class IngestWorker:
@@ -43,6 +44,8 @@ class IngestWorker:
         self._pending: list[Frame] = []
         self._latest: Frame | None = None
         self._next_id = 0
+        self._buffer = WindowBuffer()  # the context chunks are encoded on, appended in place (window_buffer.py)
+        self._chunk_tokens = 0  # tokens of the last chunk: the room the next one gets in the buffer
         self.lock = threading.Lock()
         self.t_offset_s = 0.0
         self.latest_t_s = 0.0
@@ -86,6 +89,8 @@ class IngestWorker:
                           keys=enc.keys, values=enc.values, pos_start=snap.next_pos, pos_span=enc.pos_span,
                           vector=vector, scene=enc.scene)
             self._next_id += 1
+            self._buffer.append(block)
+            self._chunk_tokens = block.n_tokens
             for old in self.window.append(block):
                 if self.memory is not None:
                     self.memory.add(old)  # compacted, then copied to the host (memory.StoredBlock.of)
@@ -119,7 +124,7 @@ class IngestWorker:
         """One chunk's KV on top of the window snapshot; a short chunk is padded by repeating its last frame."""
         images = [f.image for f in frames]
         images += [images[-1]] * (self.config.frames_per_chunk - len(images))
-        past = concat([snap.sinks, *snap.blocks], snap.next_pos)
+        past = self._buffer.context(snap, room=self._chunk_tokens)  # sinks + window, room for the chunk after
         seconds_per_chunk = self.config.frames_per_chunk / self.config.fps
         if getattr(self.adapter, "uses_stream_time", False):  # its tokens carry the chunk's time (Qwen3-VL)
             return self.adapter.encode_chunk(images, past, seconds_per_chunk, t_start_s=frames[0].t_s)

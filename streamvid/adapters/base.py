@@ -38,11 +38,14 @@ class Encoded:
 
 @dataclass(frozen=True)
 class Context:
-    """A cache to run on: concatenated segments and the first free position after them."""
+    """A cache to run on: concatenated segments and the first free position after them. With `room`, the K/V
+    are views into buffers the caller owns (window_buffer.py) with that many free tokens after them in each
+    head's row, which a forward may fill in place instead of copying the context."""
 
     keys: tuple[torch.Tensor, ...]  # per layer (1, kv_heads, n_tokens, head_dim)
     values: tuple[torch.Tensor, ...]
     next_pos: int
+    room: int = 0
 
     @property
     def n_tokens(self) -> int:

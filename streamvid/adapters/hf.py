@@ -348,14 +348,15 @@ class ChatMLAdapter(HFVideoAdapter):
 
 
 def _cache(config, past: Context | None, spare: int) -> DynamicCache:
-    """A DynamicCache holding `past`, its full-attention layers on _BufferLayer with room for `spare` more tokens
-    (other layer kinds, and an empty past, as DynamicCache makes them)."""
+    """A DynamicCache holding `past`, its full-attention layers on _BufferLayer with room for `spare` more tokens:
+    in the caller's buffer when `past.room` has it, else in a copy (other layer kinds, and an empty past, as
+    DynamicCache makes them)."""
     cache = DynamicCache(config=config)
     if past is None or not past.n_tokens:
         return cache
     for i, (k, v) in enumerate(zip(past.keys, past.values, strict=True)):
         if type(cache.layers[i]) is DynamicLayer:
-            cache.layers[i] = _BufferLayer(k, v, spare)
+            cache.layers[i] = _BufferLayer(k, v, spare, past.room)
         else:
             cache.layers[i].update(k, v)
     return cache
@@ -367,15 +368,21 @@ class _BufferLayer(DynamicLayer):
     copied once, where DynamicLayer concatenates the whole cache again on every forward (every decoded token).
 
     The returned K/V are views of buffers this layer writes on later updates: a caller that keeps them beyond the
-    next update copies them (HFAdapter._tail clones a new block's K/V)."""
+    next update copies them (HFAdapter._tail clones a new block's K/V).
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, spare: int):
+    With `room` >= `spare` (Context.room: `keys` and `values` are views into a caller's buffer with that many free
+    tokens after them) the layer works in that buffer and copies nothing."""
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, spare: int, room: int = 0):
         super().__init__()
         n = keys.shape[-2]
-        self._k = keys.new_empty((*keys.shape[:-2], n + spare, keys.shape[-1]))  # (batch, kv_heads, capacity, head_dim)
-        self._v = values.new_empty((*values.shape[:-2], n + spare, values.shape[-1]))
-        self._k[..., :n, :].copy_(keys)
-        self._v[..., :n, :].copy_(values)
+        if room >= spare:
+            self._k, self._v = (_extended(t, n + room) for t in (keys, values))
+        else:
+            self._k = keys.new_empty((*keys.shape[:-2], n + spare, keys.shape[-1]))  # (batch, kv_heads, capacity, head_dim)
+            self._v = values.new_empty((*values.shape[:-2], n + spare, values.shape[-1]))
+            self._k[..., :n, :].copy_(keys)
+            self._v[..., :n, :].copy_(values)
         self._n = n  # tokens filled
         self.device = keys.device
         self.is_initialized = True
@@ -399,6 +406,15 @@ class _BufferLayer(DynamicLayer):
         super().crop(tokens_to_remove)  # checks the argument as DynamicLayer does
         self._n = self.keys.shape[-2]
         self._expose()
+
+
+def _extended(view: torch.Tensor, tokens: int) -> torch.Tensor:
+    """The view (batch, kv_heads, n, head_dim) of a buffer, extended to `tokens` along dim 2 into the free room that
+    follows it in the same buffer (same strides: each head's row of the buffer goes on there)."""
+    if view.stride(-1) != 1 or view.stride(-2) != view.shape[-1]:
+        raise ValueError("a context with room must be a token-range view of a (batch, kv_heads, capacity, head_dim) "
+                         "buffer")
+    return view.as_strided((*view.shape[:-2], tokens, view.shape[-1]), view.stride(), view.storage_offset())
 
 
 def _grown(buf: torch.Tensor, filled: int, capacity: int) -> torch.Tensor:
