@@ -211,8 +211,9 @@ class HFVideoAdapter:
         """`probe` for several questions on one context in a single batched forward.
 
         The prompts are left-padded to one length, so every row's last position is its answer position; the
-        context is shared by all rows (expanded, not copied) and an attention mask hides the padding. Each
-        prompt keeps the positions it has alone (context.next_pos onwards), so the result equals `probe`."""
+        context enters the cache expanded over the rows (DynamicCache's first update concatenates the prompts to
+        it, which writes one copy of the context per row) and an attention mask hides the padding. Each prompt
+        keeps the positions it has alone (context.next_pos onwards), so the result equals `probe`."""
         if not questions:
             return []
         rows = [self._ids(self.prompt(q))[0].tolist() for q in questions]
