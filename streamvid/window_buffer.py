@@ -11,8 +11,9 @@ A new block is written at the end. When blocks leave the window the live part st
 again right before the oldest block that stays (over the evicted blocks, which nothing reads here any more), a
 copy of the sinks only. When the free part is too small for the next chunk, or the window no longer holds the
 blocks the buffer holds (a rebase moved them to new positions, a session was restored), the live part is copied
-once into a new buffer of twice its size. So the window is copied about once per window's worth of chunks, where
-concatenating it for every chunk copied it twice per chunk.
+once into a new buffer with room for about half a window more. So the window is copied about once per half a
+window's worth of chunks, where concatenating it for every chunk copied it twice per chunk; and the buffer holds
+about 1.5 windows, less than the two transient copies of the window that concatenating made for every chunk.
 
 Thread contract: the ingest thread alone uses it (IngestWorker). Blocks own their K/V (adapters clone a new
 block's K/V out of the forward's cache), so nothing written here changes a block that a snapshot holds.
@@ -76,7 +77,8 @@ class WindowBuffer:
 
     def _rebuild(self, snap: WindowSnapshot, room: int) -> None:
         parts = [snap.sinks, *snap.blocks]
-        capacity = 2 * (sum(b.n_tokens for b in parts) + room)
+        live = sum(b.n_tokens for b in parts)
+        capacity = live + room + max(live, 4 * room) // 2  # free room for about half a window of chunks
         self._k = tuple(k.new_empty((*k.shape[:2], capacity, k.shape[3])) for k in snap.sinks.keys)
         self._v = tuple(v.new_empty((*v.shape[:2], capacity, v.shape[3])) for v in snap.sinks.values)
         self._sinks, self._blocks, self._offsets = snap.sinks, [], []
