@@ -145,5 +145,6 @@ class IngestWorker:
         return {"frames_in": self.frames_in, "frames_dropped": dropped, "blocks_encoded": self.blocks_encoded,
                 "source_outages": getattr(self.source, "outages", 0),
                 "source_lost_s": round(getattr(self.source, "lost_s", 0.0), 3),
-                "ingest_frames_per_s": self.frames_in / self.encode_s if self.encode_s else None}
+                "ingest_frames_per_s": self.frames_in / self.encode_s if self.encode_s else None,
+                "window_buffer_mb": round(self._buffer.nbytes / 2**20, 3)}
 

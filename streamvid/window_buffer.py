@@ -40,6 +40,11 @@ class WindowBuffer:
         self.copied_tokens = 0  # tokens copied by rebuilds and by rewriting the sinks (not counting appends)
 
     @property
+    def nbytes(self) -> int:
+        """Bytes of the buffers (the live part, the dead part before it and the free room)."""
+        return sum(t.numel() * t.element_size() for t in (*self._k, *self._v))
+
+    @property
     def capacity(self) -> int:
         return int(self._k[0].shape[2]) if self._k else 0
 

@@ -55,6 +55,10 @@ def test_in_place_chunks_equal_the_concatenated_context_through_evictions_and_a_
         if c == 15:  # a rebase moves every window block to new positions: the buffer must follow
             window.rebase(adapter.positions.move, room=0)
     assert in_place == chunks - 1, "every chunk after the first is written in place"
+    per_token = adapter.kv_shape.bytes_per_token
+    assert buf.nbytes == buf.capacity * per_token
+    live = window.snapshot().sinks.n_tokens + window.tokens
+    assert live < buf.capacity <= 2 * (live + room), "the buffer holds at most about twice the live part"
     assert buf.rebuilds <= 1 + chunks // 3, f"the window is copied now and then, not per chunk ({buf.rebuilds})"
     block, keys = first_kept  # evicted long ago, its region of the buffer written over since
     assert all(torch.equal(a, b) for a, b in zip(block.keys, keys))
