@@ -93,7 +93,8 @@ def main(argv=None) -> dict:
                         "speedup": round(best["concatenating"] / best["in_place"], 2),
                         "same_tokens": tokens["concatenating"] == tokens["in_place"]}
     report = {"arch": args.arch, "layers": args.layers, "device": str(adapter.device),
-              "dtype": str(adapter.dtype).removeprefix("torch."), "new_tokens": args.new, "kv_mb_per_1k_tokens": round(adapter.kv_shape.bytes_per_token * 1000 / 2**20, 2),
+              "dtype": str(adapter.dtype).removeprefix("torch."), "new_tokens": args.new,
+              "kv_mb_per_1k_tokens": round(adapter.kv_shape.bytes_per_token * 1000 / 2**20, 2),
               "contexts": rows}
     print(json.dumps(report))
     return report

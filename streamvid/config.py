@@ -34,7 +34,7 @@ class EngineConfig:
     memory_ram_mb: float = 8192.0  # long-term blocks in host RAM; beyond it they spill to disk
     memory_disk_mb: float = 65536.0  # spilled blocks on disk; beyond it the oldest are dropped
     memory_dir: str | None = None  # where spilled blocks go; None: a temporary directory
-    memory_kv: str = "int8"  # how long-term blocks are stored: "int8" or "int4" (quantised K and V, kv_compact.py), "float"
+    memory_kv: str = "int8"  # long-term blocks: "int8" or "int4" (quantised K and V, kv_compact.py), or "float"
     memory_keep: float = 1.0  # share of a block's tokens kept in long-term memory (lowest key norm first kept)
     index_layer: int | None = None  # decoder layer of the retrieval vectors; None: retrieval.default_index_layer
     embedder: str = "model"  # retrieval vectors: the model's own ("model") or "clip:<HF id or dir>" (embedders.py)

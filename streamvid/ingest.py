@@ -45,7 +45,6 @@ class IngestWorker:
         self._latest: Frame | None = None
         self._next_id = 0
         self._buffer = WindowBuffer()  # the context chunks are encoded on, appended in place (window_buffer.py)
-        self._chunk_tokens = 0  # tokens of the last chunk: the room the next one gets in the buffer
         self.lock = threading.Lock()
         self.t_offset_s = 0.0
         self.latest_t_s = 0.0
@@ -90,7 +89,6 @@ class IngestWorker:
                           vector=vector, scene=enc.scene)
             self._next_id += 1
             self._buffer.append(block)
-            self._chunk_tokens = block.n_tokens
             for old in self.window.append(block):
                 if self.memory is not None:
                     self.memory.add(old)  # compacted, then copied to the host (memory.StoredBlock.of)
@@ -124,7 +122,8 @@ class IngestWorker:
         """One chunk's KV on top of the window snapshot; a short chunk is padded by repeating its last frame."""
         images = [f.image for f in frames]
         images += [images[-1]] * (self.config.frames_per_chunk - len(images))
-        past = self._buffer.context(snap, room=self._chunk_tokens)  # sinks + window, room for the chunk after
+        room = snap.blocks[-1].n_tokens if snap.blocks else 0  # for a chunk as large as the newest one
+        past = self._buffer.context(snap, room=room)  # sinks + window, with room for the chunk after them
         seconds_per_chunk = self.config.frames_per_chunk / self.config.fps
         if getattr(self.adapter, "uses_stream_time", False):  # its tokens carry the chunk's time (Qwen3-VL)
             return self.adapter.encode_chunk(images, past, seconds_per_chunk, t_start_s=frames[0].t_s)

@@ -1,18 +1,18 @@
 """Compact KV for long-term memory: int8 or int4 quantisation of a block's K and V, and optional token pruning.
 
-int8 (the default): keys are quantised per channel (one float16 scale per layer, KV head and channel, over the block's tokens: key
-channels differ in magnitude by orders, tokens of one channel much less), values per token (one scale per layer,
-KV head and token, over its channels), symmetric, round to nearest, in [-127, 127]. That is 1 byte per element
-plus about 1% of scales, against 2 (bfloat16) or 4 (float32); `budget.stored_block_bytes` counts it. Keys are
-stored after RoPE: a rotation mixes the two channels of a pair, so a pair's scales may differ; the error this
-adds is what `benchmarks/compact_kv.py` measures (logits of answers on dequantised against full-precision
+int8 (the default): keys are quantised per channel (one float16 scale per layer, KV head and channel, over the
+block's tokens: key channels differ in magnitude by orders, tokens of one channel much less), values per token (one
+scale per layer, KV head and token, over its channels), symmetric, round to nearest, in [-127, 127]. That is 1 byte
+per element plus about 1% of scales, against 2 (bfloat16) or 4 (float32); `budget.stored_block_bytes` counts it.
+Keys are stored after RoPE: a rotation mixes the two channels of a pair, so a pair's scales may differ; the error
+this adds is what `benchmarks/compact_kv.py` measures (logits of answers on dequantised against full-precision
 memory).
 
 int4 halves that again, with the same split finer grained, asymmetric (a float16 scale and minimum per group,
-values in [0, 15]): keys per channel over groups of `GROUP` tokens, values per token over groups of `GROUP`
-channels; two values share a byte (channel 2j in the low nibble, 2j + 1 in the high one), so a packed tensor is
-(1, kv_heads, n, head_dim / 2). With head_dim 128 that is half a byte per element plus 12.5% of it in scales and
-minima (0.5625 bytes per element), against 1.02 for int8.
+values in [0, 15]): keys per channel over groups of `INT4_GROUP` tokens, values per token over groups of
+`INT4_GROUP` channels; two values share a byte (channel 2j in the low nibble, 2j + 1 in the high one), so a packed
+tensor is (1, kv_heads, n, head_dim / 2). With head_dim 128 that is half a byte per element plus 12.5% of it in
+scales and minima (0.5625 bytes per element), against 1.02 for int8.
 
 Pruning keeps a share of a block's tokens, the same tokens in every layer (so every layer's cache has the same
 length), chosen by key norm: the tokens whose keys have the smallest L2 norm (mean over layers and heads) are
@@ -32,7 +32,6 @@ from streamvid.kv_window import Block
 
 QMAX = 127
 Q4MAX = 15
-GROUP = INT4_GROUP  # int4: tokens per key group, channels per value group (a record's layout depends on it)
 MIN_SCALE = 2.0**-14  # smallest normal float16: a channel of zeros quantises to zeros, not to NaN
 
 
@@ -60,9 +59,9 @@ def quantize_values(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def quantize4(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """x (..., m) -> (uint8 codes in [0, 15], float16 scales (..., g), float16 minima (..., g)) over groups of
-    min(GROUP, m) along the last dim (the last group padded with its last element): x ≈ q * scale + minimum."""
+    min(INT4_GROUP, m) along the last dim (the last group padded with its last element): x ≈ q * scale + minimum."""
     *lead, m = x.shape
-    size = min(GROUP, m)
+    size = min(INT4_GROUP, m)
     groups = -(-m // size)
     xf = x.float()
     if groups * size > m:
@@ -77,7 +76,7 @@ def quantize4(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
 def dequantize4(q: torch.Tensor, scale: torch.Tensor, low: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Inverse of `quantize4` (q (..., m) codes, unpacked)."""
     m = q.shape[-1]
-    size = min(GROUP, m)
+    size = min(INT4_GROUP, m)
     s = scale.float().repeat_interleave(size, dim=-1)[..., :m]
     z = low.float().repeat_interleave(size, dim=-1)[..., :m]
     return (q.float() * s + z).to(dtype)
@@ -94,7 +93,7 @@ def unpack4(packed: torch.Tensor) -> torch.Tensor:
 
 def quantize_keys4(keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """keys (1, kv_heads, n, head_dim) -> packed (1, kv_heads, n, head_dim / 2), per-channel scales and minima
-    over token groups (1, kv_heads, head_dim, ceil(n / GROUP))."""
+    over token groups (1, kv_heads, head_dim, ceil(n / INT4_GROUP))."""
     q, scale, low = quantize4(keys.transpose(2, 3))
     return pack4(q.transpose(2, 3)), scale, low
 
@@ -105,7 +104,7 @@ def dequantize_keys4(packed: torch.Tensor, scale: torch.Tensor, low: torch.Tenso
 
 def quantize_values4(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """values (1, kv_heads, n, head_dim) -> packed (1, kv_heads, n, head_dim / 2), per-token scales and minima
-    over channel groups (1, kv_heads, n, ceil(head_dim / GROUP))."""
+    over channel groups (1, kv_heads, n, ceil(head_dim / INT4_GROUP))."""
     q, scale, low = quantize4(values)
     return pack4(q), scale, low
 

@@ -1,12 +1,12 @@
 """Long-term memory: blocks evicted from the KV window keep their KV tensors, compact, and one FAISS vector each.
 
 A block enters compact (kv_compact.py): int8 K (per-channel scales) and V (per-token scales) by default, int4
-(grouped scales, half the bytes), or as it was ("float"), optionally with only a share of its tokens. Compact blocks live in host RAM up to `ram_mb`; beyond
-it the oldest are written by the spill thread ("streamvid-spill") into a few large append-only shard files
-(`shard_<n>.bin`, each a run of records; a record is one block in safetensors layout) in `disk_dir`; beyond
-`disk_mb` of shards the oldest blocks are dropped (from storage and from the index) and a shard file is deleted
-once none of its blocks is left. Search is FAISS inner product over L2-normalised vectors (cosine). This is the
-only module that imports faiss.
+(grouped scales, half the bytes), or as it was ("float"), optionally with only a share of its tokens. Compact
+blocks live in host RAM up to `ram_mb`; beyond it the oldest are written by the spill thread ("streamvid-spill")
+into a few large append-only shard files (`shard_<n>.bin`, each a run of records; a record is one block in
+safetensors layout) in `disk_dir`; beyond `disk_mb` of shards the oldest blocks are dropped (from storage and from
+the index) and a shard file is deleted once none of its blocks is left. Search is FAISS inner product over
+L2-normalised vectors (cosine). This is the only module that imports faiss.
 
 Thread contract: the ingest thread calls `add`; the reasoning thread calls `search`, `ids_at` and `load`; any
 thread may call `stats`, `flush`, `snapshot` and `close`. Every method takes `_lock` (a leaf lock: nothing else

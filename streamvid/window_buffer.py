@@ -34,8 +34,7 @@ class WindowBuffer:
         self._start = 0  # the sinks' first token
         self._end = 0  # the first free token
         self._sinks: Block | None = None
-        self._blocks: list[Block] = []  # after the sinks, oldest first
-        self._offsets: list[int] = []  # where each of them starts
+        self._blocks: list[Block] = []  # after the sinks, oldest first, up to _end
         self.rebuilds = 0  # times the live part was copied into a new buffer
         self.copied_tokens = 0  # tokens copied by rebuilds and by rewriting the sinks (not counting appends)
 
@@ -54,8 +53,8 @@ class WindowBuffer:
         if not self._holds(snap) or self._end + room > self.capacity:
             self._rebuild(snap, room)
         elif drop := len(self._blocks) - len(snap.blocks):
-            del self._blocks[:drop], self._offsets[:drop]
-            self._start = (self._offsets[0] if self._offsets else self._end) - self._sinks.n_tokens
+            del self._blocks[:drop]
+            self._start = self._end - sum(b.n_tokens for b in self._blocks) - self._sinks.n_tokens
             self._write(self._sinks, self._start)
             self.copied_tokens += self._sinks.n_tokens
         span = slice(self._start, self._end)
@@ -71,7 +70,6 @@ class WindowBuffer:
             return
         self._write(block, self._end)
         self._blocks.append(block)
-        self._offsets.append(self._end)
         self._end += block.n_tokens
 
     def _holds(self, snap: WindowSnapshot) -> bool:
@@ -86,7 +84,7 @@ class WindowBuffer:
         capacity = live + room + max(live, 4 * room) // 2  # free room for about half a window of chunks
         self._k = tuple(k.new_empty((*k.shape[:2], capacity, k.shape[3])) for k in snap.sinks.keys)
         self._v = tuple(v.new_empty((*v.shape[:2], capacity, v.shape[3])) for v in snap.sinks.values)
-        self._sinks, self._blocks, self._offsets = snap.sinks, [], []
+        self._sinks, self._blocks = snap.sinks, []
         self._start = self._end = 0
         self._write(snap.sinks, 0)
         self._end = snap.sinks.n_tokens

@@ -1,6 +1,7 @@
 """Compact long-term KV: int8 K (per channel) and V (per token) and int4 K (per channel, token groups) and V (per
-token, channel groups) round-trip within half a quantisation step, int4 codes pack two to a byte, memory gives back blocks in their dtype and device, pruning keeps the same tokens in every layer, and the
-bundled model answers its memory questions the same from int8 memory as from full-precision memory."""
+token, channel groups) round-trip within half a quantisation step, int4 codes pack two to a byte, memory gives
+back blocks in their dtype and device, pruning keeps the same tokens in every layer, and the bundled model
+answers its memory questions the same from int8 memory as from full-precision memory."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import pytest
 import torch
 
 from streamvid.config import BUNDLED_MODEL, EngineConfig
+from streamvid.budget import INT4_GROUP
 from streamvid.kv_compact import (
-    GROUP,
     dequantize_keys4,
     dequantize_values4,
     keep_indices,
@@ -84,7 +85,7 @@ def test_int4_codes_pack_two_to_a_byte():
     packed = pack4(codes)
     assert packed.tolist() == [[3 | 12 << 4, 15, 7 | 9 << 4]], "element 2j in the low nibble, 2j + 1 in the high"
     assert torch.equal(unpack4(packed), codes)
-    assert GROUP == 32
+    assert INT4_GROUP == 32
 
 
 @pytest.mark.parametrize("kind", ["int8", "int4", "float"])

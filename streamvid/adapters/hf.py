@@ -377,13 +377,11 @@ class _BufferLayer(DynamicLayer):
     def __init__(self, keys: torch.Tensor, values: torch.Tensor, spare: int, room: int = 0):
         super().__init__()
         n = keys.shape[-2]
+        # (batch, kv_heads, capacity, head_dim): the caller's buffer, or a copy of the context with room after it
         if room >= spare:
             self._k, self._v = (_extended(t, n + room) for t in (keys, values))
         else:
-            self._k = keys.new_empty((*keys.shape[:-2], n + spare, keys.shape[-1]))  # (batch, kv_heads, capacity, head_dim)
-            self._v = values.new_empty((*values.shape[:-2], n + spare, values.shape[-1]))
-            self._k[..., :n, :].copy_(keys)
-            self._v[..., :n, :].copy_(values)
+            self._k, self._v = (_grown(t, n, n + spare) for t in (keys, values))
         self._n = n  # tokens filled
         self.device = keys.device
         self.is_initialized = True
