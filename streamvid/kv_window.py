@@ -29,7 +29,7 @@ class Block:
     values: tuple[torch.Tensor, ...]  # per layer (1, kv_heads, n_tokens, head_dim)
     pos_start: int
     pos_span: int
-    vector: np.ndarray | None = None  # (index_dim,) float32, L2-normalised retrieval vector
+    vector: np.ndarray | None = None  # (index_dim,) or (rows, index_dim) float32: retrieval vector(s), memory.py
     scene: np.ndarray | None = None  # (n_video_tokens, hidden) float16 vision tokens (change gate); not stored
 
     @property

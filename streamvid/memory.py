@@ -1,12 +1,13 @@
-"""Long-term memory: blocks evicted from the KV window keep their KV tensors, compact, and one FAISS vector each.
+"""Long-term memory: blocks evicted from the KV window keep their KV tensors, compact, and their FAISS vectors.
 
 A block enters compact (kv_compact.py): int8 K (per-channel scales) and V (per-token scales) by default, int4
 (grouped scales, half the bytes), or as it was ("float"), optionally with only a share of its tokens. Compact
 blocks live in host RAM up to `ram_mb`; beyond it the oldest are written by the spill thread ("streamvid-spill")
 into a few large append-only shard files (`shard_<n>.bin`, each a run of records; a record is one block in
 safetensors layout) in `disk_dir`; beyond `disk_mb` of shards the oldest blocks are dropped (from storage and from
-the index) and a shard file is deleted once none of its blocks is left. Search is FAISS inner product over
-L2-normalised vectors (cosine). This is the only module that imports faiss.
+the index) and a shard file is deleted once none of its blocks is left. Search is FAISS inner product; a block
+has one vector or several (rows of a (rows, dim) array, e.g. one per region of the frame: embedders.py), each an
+index entry under the block's id, and scores by its best row. This is the only module that imports faiss.
 
 Thread contract: the ingest thread calls `add`; the reasoning thread calls `search`, `ids_at` and `load`; any
 thread may call `stats`, `flush`, `snapshot` and `close`. Every method takes `_lock` (a leaf lock: nothing else
@@ -64,7 +65,7 @@ class StoredBlock:
     t_end_s: float
     pos_start: int
     pos_span: int
-    vector: np.ndarray  # (dim,) float32
+    vector: np.ndarray  # (dim,) or (rows, dim) float32
     kind: str  # "int8", "int4" or "float" (kv_compact.KINDS)
     dtype: str  # the dtype the block's K and V had (and get back): "float32", "bfloat16", ...
     n_layers: int
@@ -188,7 +189,8 @@ class LongTermMemory:
         self.disk_dir = Path(self._tmp.name)
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # RAM over the cap, a spill done, or closing
-        self._index = faiss.IndexIDMap2(faiss.IndexFlatIP(dim))
+        self._index = faiss.IndexIDMap(faiss.IndexFlatIP(dim))  # one entry per row, under its block's id
+        self._rows = 1  # the most rows any block has (search asks FAISS for k x this many entries)
         self._ram: dict[int, StoredBlock] = {}  # id -> block (insertion order = time order)
         self._disk: dict[int, tuple[int, int, int]] = {}  # id -> (shard number, offset, length), time order
         self._shards: dict[int, _Shard] = {}
@@ -205,14 +207,16 @@ class LongTermMemory:
         self._spiller: threading.Thread | None = None
 
     def add(self, block: Block) -> None:
-        if block.vector is None or block.vector.shape != (self.dim,):
-            got = None if block.vector is None else block.vector.shape
-            raise ValueError(f"memory expects a block vector of shape ({self.dim},), got {got}")
+        shape = None if block.vector is None else block.vector.shape
+        if shape is None or shape[-1:] != (self.dim,) or len(shape) > 2 or 0 in shape:
+            raise ValueError(f"memory expects a block vector of shape ({self.dim},) or (rows, {self.dim}), got {shape}")
         stored = StoredBlock.of(block, self.kv, self.keep)
+        rows = stored.vector.reshape(-1, self.dim)
         with self._lock:
             self._raise_spill_error()
             self._insert(stored)
-            self._index.add_with_ids(stored.vector[None], np.array([stored.id], dtype=np.int64))
+            self._index.add_with_ids(rows, np.full(len(rows), stored.id, dtype=np.int64))
+            self._rows = max(self._rows, len(rows))
             if self._ram_used > self.ram_bytes:
                 self._start_spiller()
                 self._changed.notify_all()
@@ -220,12 +224,19 @@ class LongTermMemory:
                     self._changed.wait(1.0)  # the spill thread is a whole RAM cap behind: let it catch up
 
     def search(self, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
-        """The k stored blocks whose vectors best match `vector`: [(id, score)], best first."""
+        """The k stored blocks whose best row best matches `vector`: [(id, score of that row)], best first.
+        Exact: the k x rows best entries hold the best row of at least k blocks."""
         with self._lock:
             if k <= 0 or self._index.ntotal == 0:
                 return []
-            scores, ids = self._index.search(vector[None].astype(np.float32), min(k, self._index.ntotal))
-        return [(int(i), float(s)) for i, s in zip(ids[0], scores[0]) if i >= 0]
+            scores, ids = self._index.search(vector[None].astype(np.float32), min(k * self._rows, self._index.ntotal))
+        best: dict[int, float] = {}
+        for i, s in zip(ids[0].tolist(), scores[0].tolist()):
+            if i >= 0 and i not in best:  # entries come best first: a block's first entry is its best row
+                best[i] = s
+                if len(best) == k:
+                    break
+        return list(best.items())
 
     def ids_at(self, t_s: float, pad_s: float = 0.0) -> list[int]:
         """Ids of stored blocks whose time span overlaps [t_s - pad_s, t_s + pad_s], in time order."""
@@ -294,12 +305,18 @@ class LongTermMemory:
         meta = json.loads((in_dir / "memory.json").read_text())
         index = faiss.read_index(str(in_dir / "index.faiss"))
         ids = [e["id"] for e in meta["blocks"]]
-        if not isinstance(index, faiss.IndexIDMap2):
-            raise ValueError(f"index.faiss holds a {type(index).__name__}, expected an IndexIDMap2")
-        if index.d != meta["dim"] or sorted(faiss.vector_to_array(index.id_map).tolist()) != sorted(ids):
+        flat = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap) else None
+        if not isinstance(flat, faiss.IndexFlatIP):
+            raise ValueError(f"index.faiss holds a {type(index).__name__}, expected an IndexIDMap of an IndexFlatIP")
+        row_ids = faiss.vector_to_array(index.id_map)
+        if index.d != meta["dim"] or set(row_ids.tolist()) != set(ids):
             raise ValueError(f"memory index ({index.ntotal} vectors of dim {index.d}) does not match its "
                              f"{len(ids)} blocks of dim {meta['dim']}")
         mem = cls(meta["dim"], ram_mb, disk_mb, disk_dir, **options)
+        if isinstance(index, faiss.IndexIDMap2):  # written when each block had one vector: keep no reverse map
+            rows = faiss.rev_swig_ptr(flat.get_xb(), flat.ntotal * flat.d).reshape(-1, flat.d).copy()
+            index = faiss.IndexIDMap(faiss.IndexFlatIP(flat.d))
+            index.add_with_ids(rows, row_ids)
         with mem._lock:
             mem._index = index
             mem._dropped = meta["dropped"]
@@ -308,6 +325,7 @@ class LongTermMemory:
                 if block.id != e["id"]:
                     raise ValueError(f"{e['file']} holds block {block.id}, expected {e['id']}")
                 mem._insert(block, (e["t_start_s"], e["t_end_s"]))
+                mem._rows = max(mem._rows, len(block.vector.reshape(-1, mem.dim)))
             if mem._ram_used > mem.ram_bytes:
                 mem._start_spiller()
                 mem._changed.notify_all()

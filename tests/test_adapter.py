@@ -113,3 +113,20 @@ def test_encoded_chunk_carries_the_vision_tokens_the_decoder_received(adapter):
     assert enc.scene is not None and enc.scene.shape == tuple(expected.shape) and enc.n_tokens >= len(expected)
     np.testing.assert_allclose(enc.scene.astype(np.float32), expected.float().numpy(), atol=2e-3, rtol=2e-3)
     assert adapter.encode_text("hello", past).scene is None
+
+
+def test_region_keys_pool_the_token_grid_onto_at_most_four_by_four():
+    from streamvid.adapters.hf import region_keys
+
+    rng = np.random.default_rng(0)
+    keys = rng.standard_normal((2 * 8 * 8, 5)).astype(np.float32)  # 2 frames of an 8 x 8 token grid, raster order
+    grid = keys.reshape(2, 8, 8, 5).mean(0)
+    want = np.stack([grid[2 * r:2 * r + 2, 2 * c:2 * c + 2].reshape(4, 5).mean(0) for r in range(4) for c in range(4)])
+    want /= np.linalg.norm(want, axis=1, keepdims=True)
+    assert np.allclose(region_keys(torch.from_numpy(keys), (2, 8, 8)), want, atol=1e-6)
+    small = keys[:6]  # a 2 x 3 grid is its own regions
+    assert np.allclose(region_keys(torch.from_numpy(small), (1, 2, 3)),
+                       small / np.linalg.norm(small, axis=1, keepdims=True), atol=1e-6)
+    runs = region_keys(torch.from_numpy(keys[:40]), None)  # no grid: 16 runs of consecutive tokens (3 or 2 each)
+    first = keys[:3].mean(0)
+    assert runs.shape == (16, 5) and np.allclose(runs[0], first / np.linalg.norm(first), atol=1e-6)

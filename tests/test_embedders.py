@@ -121,8 +121,20 @@ def test_model_embedder_gives_the_adapters_own_vectors(adapter):
     sinks = adapter.encode_text(adapter.sink_text, None)
     frames = random_frames(2, seed=5)
     enc = adapter.encode_chunk(frames, concat([_sink_block(sinks)], sinks.pos_span), 1.0)
-    again = adapter.encode_chunk(frames, concat([_sink_block(sinks)], sinks.pos_span), 1.0)
-    assert np.array_equal(embedder.chunk_vector(frames, enc), again.vector)
+    # reference: the index layer's pre-RoPE keys of the video tokens, read by a hook of this test's own
+    proj = adapter.model.model.language_model.layers[adapter.index_layer].self_attn.k_proj
+    seen = []
+    handle = proj.register_forward_hook(lambda _m, _i, out: seen.append(out[0].float()))
+    try:
+        ids = adapter.chunk_inputs(frames, 1.0).ids[0]
+        adapter.encode_chunk(frames, concat([_sink_block(sinks)], sinks.pos_span), 1.0)
+    finally:
+        handle.remove()
+    video = seen[0][ids == adapter.model.config.video_token_id].numpy()  # a 2 x 2 token grid: one region each
+    mean = video.mean(0) / np.linalg.norm(video.mean(0))
+    want = (mean[None] + 2 * video / np.linalg.norm(video, axis=1, keepdims=True)) / 3
+    assert np.allclose(embedder.chunk_vector(frames, enc), want, atol=1e-5)
+    assert np.allclose(enc.vector, mean, atol=1e-5)
 
 
 class _RecordingAdapter(SpyAdapter):
@@ -145,7 +157,8 @@ def test_default_engine_stores_and_searches_the_adapters_vectors(adapter):
     _fill(sa, 10)
     assert sa.memory.dim == adapter.index_dim and len(sa.memory) >= 4
     for block_id in range(len(sa.memory)):  # block i is the i-th chunk encoded
-        assert np.array_equal(sa.memory.load(block_id).vector, spy.encoded[block_id].vector)
+        enc = spy.encoded[block_id]
+        assert np.allclose(sa.memory.load(block_id).vector, (enc.vector[None] + 2 * enc.regions) / 3)
     q = "What colour was the star?"
     want = [i for i, _ in sa.memory.search(adapter.question_vector(q), 2)]
     answer = sa.reasoning.answer(Question("q", q, 10.0))

@@ -19,7 +19,7 @@ def block(i: int, vector: np.ndarray | None = None) -> Block:
     v = rng.standard_normal(DIM).astype(np.float32) if vector is None else vector
     shape = (1, 2, 8, 4)
     return Block(i, float(i), float(i + 1), (torch.randn(shape), torch.randn(shape)),
-                 (torch.randn(shape), torch.randn(shape)), 100 + 6 * i, 6, v / np.linalg.norm(v))
+                 (torch.randn(shape), torch.randn(shape)), 100 + 6 * i, 6, v / np.linalg.norm(v, axis=-1, keepdims=True))
 
 
 def test_search_finds_the_matching_block():
@@ -83,3 +83,57 @@ def test_wrong_vector_shape_is_refused():
     with pytest.raises(ValueError, match=r"shape \(16,\)"):
         mem.add(block(0, np.ones(8, np.float32)))
     assert len(mem) == 0
+
+
+def test_a_block_with_several_rows_scores_by_its_best_row(tmp_path):
+    """Blocks of 1 to 5 rows: search gives the k blocks a brute-force max over each block's rows ranks first
+    (with their best rows' scores), also after a snapshot is restored and once a block is dropped."""
+    rng = np.random.default_rng(3)
+    rows = {i: rng.standard_normal((1 + i % 5, DIM)).astype(np.float32) for i in range(40)}
+    rows = {i: r / np.linalg.norm(r, axis=1, keepdims=True) for i, r in rows.items()}
+    mem = LongTermMemory(DIM)
+    for i, r in rows.items():
+        mem.add(block(i, r[0] if len(r) == 1 else r))  # a single row may come as (dim,)
+    query = rng.standard_normal(DIM).astype(np.float32)
+
+    def reference(ids, k):
+        best = {i: float((rows[i] @ query).max()) for i in ids}
+        return sorted(best, key=best.get, reverse=True)[:k], best
+
+    want, best = reference(rows, 6)
+    got = mem.search(query, 6)
+    assert [i for i, _ in got] == want
+    assert all(abs(s - best[i]) < 1e-4 for i, s in got)
+    with pytest.raises(ValueError, match=r"\(rows, 16\)"):
+        mem.add(block(99, np.ones((2, DIM + 1), np.float32)))
+    snap = tmp_path / "snap"
+    snap.mkdir()
+    mem.snapshot(snap)
+    again = LongTermMemory.restore(snap)
+    assert again.search(query, 6) == got
+    assert again.search(query, 40) == mem.search(query, 40) and len(again.search(query, 40)) == 40
+    mem.close()
+    again.close()
+
+
+def test_restores_an_index_of_one_vector_per_block(tmp_path):
+    """A snapshot whose index.faiss is an IndexIDMap2 (one vector per block) comes back searchable, and takes
+    blocks of several rows afterwards."""
+    import faiss
+
+    mem = LongTermMemory(DIM)
+    blocks = [block(i) for i in range(8)]
+    for b in blocks:
+        mem.add(b)
+    snap = tmp_path / "snap"
+    snap.mkdir()
+    mem.snapshot(snap)
+    old = faiss.IndexIDMap2(faiss.IndexFlatIP(DIM))
+    old.add_with_ids(np.stack([b.vector for b in blocks]), np.arange(8, dtype=np.int64))
+    faiss.write_index(old, str(snap / "index.faiss"))
+    again = LongTermMemory.restore(snap)
+    assert [i for i, _ in again.search(blocks[5].vector, 3)] == [i for i, _ in mem.search(blocks[5].vector, 3)]
+    again.add(block(8, np.stack([-blocks[5].vector, blocks[5].vector])))
+    assert {i for i, _ in again.search(blocks[5].vector, 2)} == {5, 8}
+    mem.close()
+    again.close()

@@ -89,7 +89,7 @@ def test_window_and_memory_blocks_come_back_exactly(adapter, saved):
         x, y = sa.memory.load(block_id), resumed.memory.load(block_id)
         assert all(torch.equal(p, q) for p, q in zip(x.keys + x.values, y.keys + y.values))
         assert np.array_equal(x.vector, y.vector)
-    probe = sa.window.snapshot().blocks[0].vector
+    probe = adapter.question_vector("What colour was the circle?")
     assert resumed.memory.search(probe, 3) == sa.memory.search(probe, 3)
     assert resumed.ingest.next_block_id == sa.ingest.next_block_id
     resumed.stop()

@@ -30,6 +30,7 @@ class Encoded:
     pos_span: int  # positions occupied: the next segment starts at pos_start + pos_span
     vector: np.ndarray | None  # (index_dim,) float32, L2-normalised; None for text segments
     scene: np.ndarray | None = None  # (n_video_tokens, hidden) float16: the vision tokens the decoder received
+    regions: np.ndarray | None = None  # (n_regions, index_dim) float32, L2-normalised rows: `vector`, per region
 
     @property
     def n_tokens(self) -> int:

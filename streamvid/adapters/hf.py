@@ -12,6 +12,7 @@ long answer interleaves with ingest one decode step at a time.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -28,6 +29,7 @@ from streamvid.adapters.base import Context, Encoded
 from streamvid.budget import DTYPE_BYTES, KVShape
 from streamvid.positions import RopePositions
 
+REGION_SIDE = 4  # a block's region vectors: its video tokens pooled onto at most 4 x 4 regions of the frame
 SYSTEM_PROMPT = "You are a helpful assistant watching a live video stream. Answer briefly from what you saw."
 
 
@@ -41,6 +43,7 @@ class ChunkInputs:
     pos_span: int  # positions the chunk occupies: the next segment starts at pos_start + pos_span
     vision: dict = field(default_factory=dict)  # extra forward kwargs (pixel values, grids), on the model's device
     video_mask: torch.Tensor | None = None  # (n,) bool: the video-feature tokens (the block's retrieval vector)
+    grid: tuple[int, int, int] | None = None  # (frames, rows, columns) of the video tokens, when they form one
 
 
 class HFVideoAdapter:
@@ -141,9 +144,9 @@ class HFVideoAdapter:
 
     def encode_chunk(self, frames: Sequence[np.ndarray], past: Context, seconds_per_chunk: float,
                      t_start_s: float = 0.0) -> Encoded:
-        """The chunk's KV on top of `past`, and its retrieval vector (mean pre-RoPE key of its video tokens at the
-        index layer). `t_start_s`, the stream time of the chunk's first frame, is used by adapters whose tokens
-        carry time (`uses_stream_time`)."""
+        """The chunk's KV on top of `past`, and its retrieval vectors: the mean pre-RoPE key of its video tokens at
+        the index layer, and the same per region of the frame (`region_keys`). `t_start_s`, the stream time of the
+        chunk's first frame, is used by adapters whose tokens carry time (`uses_stream_time`)."""
         if len(frames) % self.frames_per_chunk_multiple:
             raise ValueError(f"a chunk needs a multiple of {self.frames_per_chunk_multiple} frames, got {len(frames)}")
         chunk = self.chunk_inputs(frames, seconds_per_chunk, t_start_s)
@@ -153,7 +156,8 @@ class HFVideoAdapter:
         mask = chunk.video_mask.to(captured[0].device)
         pre_rope_keys = captured[0][0][mask].float()  # (n_video, kv_heads*head_dim)
         scene = embeds[0][0][mask.to(embeds[0].device)].to(torch.float16).cpu().numpy() if embeds else None
-        return Encoded(keys, values, chunk.pos_span, _unit(pre_rope_keys.mean(0)), scene)
+        return Encoded(keys, values, chunk.pos_span, _unit(pre_rope_keys.mean(0)), scene,
+                       region_keys(pre_rope_keys, chunk.grid))
 
     def question_vector(self, text: str) -> np.ndarray:
         """Mean pre-RoPE query of the question's tokens at the index layer, heads averaged within each KV group,
@@ -459,6 +463,21 @@ def mean_queries(model, texts: Sequence[Sequence[int]], layer: int, device: torc
     finally:
         handle.remove()
     return torch.stack(out)
+
+
+def region_keys(keys: torch.Tensor, grid: tuple[int, int, int] | None, side: int = REGION_SIDE) -> np.ndarray:
+    """(n_regions, dim) unit rows from a chunk's (n_video, dim) pre-RoPE keys: averaged over the chunk's frames
+    and pooled onto at most `side` x `side` regions of the token grid (the grid itself when it is that small:
+    one row per token); without a grid, over at most side**2 runs of consecutive tokens."""
+    if grid is not None and math.prod(grid) == keys.shape[0]:
+        frames, rows, cols = grid
+        cells = keys.reshape(frames, rows, cols, -1).mean(0).permute(2, 0, 1)  # (dim, rows, cols)
+        pooled = torch.nn.functional.adaptive_avg_pool2d(cells, (min(rows, side), min(cols, side)))
+        regions = pooled.flatten(1).T
+    else:
+        regions = torch.stack([run.mean(0) for run in torch.tensor_split(keys, min(len(keys), side * side))])
+    regions = regions.float().cpu().numpy().astype(np.float32)
+    return regions / np.linalg.norm(regions, axis=1, keepdims=True).clip(1e-12)
 
 
 def _unit(v: torch.Tensor) -> np.ndarray:

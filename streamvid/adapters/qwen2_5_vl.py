@@ -52,7 +52,8 @@ class QwenVLAdapter(ChatMLAdapter):
         vision = {"pixel_values_videos": self._to_model(video["pixel_values_videos"]),
                   "video_grid_thw": grid.to(self.device)}
         # the next segment starts after every position this chunk used
-        return ChunkInputs(ids, positions, int(positions.max()) + 1, vision, ids[0] == self._video_pad)
+        grid_tokens = (n_t, int(grid[0, 1]) // merge, int(grid[0, 2]) // merge)  # merged tokens, raster order
+        return ChunkInputs(ids, positions, int(positions.max()) + 1, vision, ids[0] == self._video_pad, grid_tokens)
 
     def _chunk_token_ids(self, n_patches: int, per_patch: int, t_start_s: float, seconds_per_frame: float) -> list[int]:
         return [self._vision_start] + [self._video_pad] * (n_patches * per_patch) + [self._vision_end]
