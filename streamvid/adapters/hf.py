@@ -466,18 +466,21 @@ def mean_queries(model, texts: Sequence[Sequence[int]], layer: int, device: torc
 
 
 def region_keys(keys: torch.Tensor, grid: tuple[int, int, int] | None, side: int = REGION_SIDE) -> np.ndarray:
-    """(n_regions, dim) unit rows from a chunk's (n_video, dim) pre-RoPE keys: averaged over the chunk's frames
-    and pooled onto at most `side` x `side` regions of the token grid (the grid itself when it is that small:
-    one row per token); without a grid, over at most side**2 runs of consecutive tokens."""
+    """(n_regions, dim) float32 unit rows: `region_pool` of a chunk's (n_video, dim) pre-RoPE keys."""
+    regions = region_pool(keys.float(), grid, side).cpu().numpy().astype(np.float32)
+    return regions / np.linalg.norm(regions, axis=1, keepdims=True).clip(1e-12)
+
+
+def region_pool(keys: torch.Tensor, grid: tuple[int, int, int] | None, side: int = REGION_SIDE) -> torch.Tensor:
+    """(n_regions, dim) from a chunk's (n_video, dim) keys: averaged over the chunk's frames and pooled onto at
+    most `side` x `side` regions of the token grid (the grid itself when it is that small: one row per token);
+    without a grid, over at most side**2 runs of consecutive tokens. Differentiable (training uses it too)."""
     if grid is not None and math.prod(grid) == keys.shape[0]:
         frames, rows, cols = grid
         cells = keys.reshape(frames, rows, cols, -1).mean(0).permute(2, 0, 1)  # (dim, rows, cols)
         pooled = torch.nn.functional.adaptive_avg_pool2d(cells, (min(rows, side), min(cols, side)))
-        regions = pooled.flatten(1).T
-    else:
-        regions = torch.stack([run.mean(0) for run in torch.tensor_split(keys, min(len(keys), side * side))])
-    regions = regions.float().cpu().numpy().astype(np.float32)
-    return regions / np.linalg.norm(regions, axis=1, keepdims=True).clip(1e-12)
+        return pooled.flatten(1).T
+    return torch.stack([run.mean(0) for run in torch.tensor_split(keys, min(len(keys), side * side))])
 
 
 def _unit(v: torch.Tensor) -> np.ndarray:

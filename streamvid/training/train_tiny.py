@@ -30,9 +30,10 @@ token shows at most one object. Training runs in two stages.
      question that names nothing, such as a count). Without it the answer takes the colour of the right object
      but a shape from elsewhere, and older blocks in the context (the same shape in another colour) pull answers
      about now into the past;
-   - a contrastive loss on the engine's retrieval vectors: at decoder layer 0, the mean pre-RoPE key of a
-     block's video tokens and the mean pre-RoPE query of the question's tokens (GQA heads averaged). Nothing
-     mixes tokens before layer 0's projections, so those vectors are the same here as in the engine.
+   - a contrastive loss on the engine's retrieval vectors: at decoder layer 0, the pre-RoPE keys of a block's
+     video tokens (their mean and each region's, scored as the engine's memory scores a block) and the mean
+     pre-RoPE query of the question's tokens (GQA heads averaged). Nothing mixes tokens before layer 0's
+     projections, so those vectors are the same here as in the engine.
    The learning rate follows a cosine over the main steps or the time budget, whichever runs out first. The first
    `short_window_frac` of that progress sees 1-3 window blocks.
 
@@ -54,7 +55,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from streamvid.adapters.hf import region_pool
 from streamvid.adapters.qwen2_5_vl import QwenVLAdapter, mean_queries
+from streamvid.embedders import REGION_WEIGHT
 from streamvid.adapters.tiny import build_tiny_checkpoint
 from streamvid.sources import FileSource
 from streamvid.synth.questions import QA, describe, frames_show, mentions, sample_qa
@@ -650,12 +653,17 @@ def _vision_check(data: _Data, readout: _Readout) -> dict:
 
 
 def _contrastive(model, batch: dict, keys: torch.Tensor, data: _Data) -> torch.Tensor:
-    """Multi-positive InfoNCE between question vectors and block vectors (cosine, scale 20)."""
-    spans = batch["chunk_spans"]
-    blocks = torch.stack([keys[si, a:b].mean(0) for si, a, b in spans])
-    blocks = F.normalize(blocks, dim=-1)
+    """Multi-positive InfoNCE between question vectors and blocks scored as the engine's memory scores them
+    (embedders.py: (cosine to the mean key + REGION_WEIGHT x the best region's cosine) / (1 + REGION_WEIGHT)),
+    scale 20."""
+    cells = data.cfg.frame_px // CELL_PX
+    grid = (int(data.chunk_grid[0, 0]), cells, cells)  # the merged video tokens: temporal patches x cell grid
     qs = F.normalize(mean_queries(model, batch["questions"], 0), dim=-1)
-    sim = 20.0 * qs @ blocks.T  # (questions, blocks)
+    means = F.normalize(torch.stack([keys[si, a:b].mean(0) for si, a, b in batch["chunk_spans"]]), dim=-1)
+    regions = F.normalize(torch.stack([region_pool(keys[si, a:b], grid) for si, a, b in batch["chunk_spans"]]),
+                          dim=-1)  # (blocks, regions, dim)
+    best = torch.einsum("qd,brd->qbr", qs, regions).amax(-1)
+    sim = 20.0 * (qs @ means.T + REGION_WEIGHT * best) / (1 + REGION_WEIGHT)  # (questions, blocks)
     losses = []
     for qi, s in enumerate(batch["samples"]):
         shape, colour = mentions(s["question"])
