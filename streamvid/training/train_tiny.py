@@ -57,8 +57,8 @@ import torch.nn.functional as F
 
 from streamvid.adapters.hf import region_pool
 from streamvid.adapters.qwen2_5_vl import QwenVLAdapter, mean_queries
-from streamvid.adapters.tiny import build_tiny_checkpoint
 from streamvid.embedders import REGION_WEIGHT
+from streamvid.adapters.tiny import build_tiny_checkpoint
 from streamvid.sources import FileSource
 from streamvid.synth.questions import QA, describe, frames_show, mentions, sample_qa
 from streamvid.synth.world import (
@@ -671,32 +671,6 @@ def _contrastive(model, batch: dict, keys: torch.Tensor, data: _Data) -> torch.T
             continue
         pos = torch.tensor([frames_show(data.timelines[ti], frames, shape, colour)
                             for ti, frames in batch["chunk_meta"]])
-        if pos.any() and not pos.all():
-            losses.append(torch.logsumexp(sim[qi], 0) - torch.logsumexp(sim[qi][pos], 0))
-    blocks_loss = torch.stack(losses).mean() if losses else sim.sum() * 0.0
-    return blocks_loss + _region_contrastive(qs, keys, batch, data)
-
-
-def _region_contrastive(qs: torch.Tensor, keys: torch.Tensor, batch: dict, data: _Data) -> torch.Tensor:
-    """Multi-positive InfoNCE between each question vector and every video token of the batch (cosine, scale 20):
-    the positives are the tokens whose cell shows what the question names, the negatives every other cell, among
-    them the look-alikes (a circle's cells for a question about a hexagon, red for orange). A block's score in
-    memory rests mostly on its best region, so the tokens must rank by what they show."""
-    cells = F.normalize(torch.cat([keys[si, a:b] for si, a, b in batch["chunk_spans"]]), dim=-1)
-    attrs = []
-    for (ti, frames), (_, a, b) in zip(batch["chunk_meta"], batch["chunk_spans"]):
-        per_cell = data.cell_attributes(ti, frames)
-        attrs.append(np.tile(per_cell, ((b - a) // len(per_cell), 1)))  # one row per token (per temporal patch)
-    attrs = torch.from_numpy(np.concatenate(attrs))
-    sim = 20.0 * qs @ cells.T  # (questions, tokens)
-    losses = []
-    for qi, s in enumerate(batch["samples"]):
-        shape, colour = mentions(s["question"])
-        columns = [list(COLOURS).index(colour)] if colour else []
-        columns += [len(COLOURS) + SHAPES.index(shape)] if shape else []
-        if not columns:
-            continue
-        pos = attrs[:, columns].all(1)
         if pos.any() and not pos.all():
             losses.append(torch.logsumexp(sim[qi], 0) - torch.logsumexp(sim[qi][pos], 0))
     return torch.stack(losses).mean() if losses else sim.sum() * 0.0
