@@ -331,6 +331,7 @@ class StreamingAssistant:
             "memory_ram_mb": round(mem.ram_mb, 3) if mem else 0.0,
             "memory_disk_mb": round(mem.disk_mb, 3) if mem else 0.0,
             "memory_dropped": mem.dropped if mem else 0,
+            "memory_index_rows": mem.index_rows if mem else 0,
             "questions_answered": self.reasoning.answered,
             **self.reasoning.stats(),
             "peak_memory_mb": round(peak, 1),

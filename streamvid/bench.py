@@ -160,12 +160,14 @@ def _stream(adapter, cfg: BenchConfig, frames: list[np.ndarray], log) -> dict:
                      "rss_mb": rss_mb(), "device_mb": _device_mb(adapter), "window_tokens": sa.window.tokens,
                      "memory_blocks": mem.blocks if mem else 0, "memory_ram_mb": round(mem.ram_mb, 1) if mem else 0,
                      "memory_disk_mb": round(mem.disk_mb, 1) if mem else 0,
+                     "memory_index_rows": mem.index_rows if mem else 0,
                      "wall_s": round(time.perf_counter() - t_wall, 1)}
             points.append(point)
             log(f"  {minutes:g} min of stream: TTFT p50 {point['ttft_ms_retrieval']['p50']} ms with retrieval "
                 f"({point['ttft_cpu_ms_retrieval']['p50']} ms CPU), {point['ttft_ms_no_retrieval']['p50']} ms without "
                 f"({point['ttft_cpu_ms_no_retrieval']['p50']} ms CPU); RSS {point['rss_mb']} MB; "
-                f"{point['memory_blocks']} memory blocks ({point['wall_s']} s so far)")
+                f"{point['memory_blocks']} memory blocks, {point['memory_index_rows']} index rows "
+                f"({point['wall_s']} s so far)")
         rate = sa.ingest.frames_in / sa.ingest.encode_s
         cpu_rate = sa.ingest.frames_in / ingest_cpu_s
     return {"ingest_frames_per_s": round(rate, 1), "ingest_frames_per_cpu_s": round(cpu_rate, 1),

@@ -47,6 +47,7 @@ class MemoryStats:
     dropped: int
     ram_mb: float
     disk_mb: float
+    index_rows: int = 0  # FAISS entries (the blocks' rows), searched in full by every question
 
 
 _ST_DTYPES = {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.int8: "I8",
@@ -258,7 +259,7 @@ class LongTermMemory:
     def stats(self) -> MemoryStats:
         with self._lock:
             return MemoryStats(len(self._meta), len(self._ram), len(self._disk), self._dropped,
-                               self._ram_used / 2**20, self._disk_used / 2**20)
+                               self._ram_used / 2**20, self._disk_used / 2**20, int(self._index.ntotal))
 
     def __len__(self) -> int:
         return len(self._meta)

@@ -18,7 +18,7 @@ from streamvid.adapters.base import Encoded
 from streamvid.assistant import StreamingAssistant
 from streamvid.cli import _engine_config, build_parser, main
 from streamvid.config import EngineConfig
-from streamvid.embedders import FORMS, ModelEmbedder, embedder_name, make_embedder
+from streamvid.embedders import FORMS, ModelEmbedder, distinct_rows, embedder_name, make_embedder
 from streamvid.positions import concat
 from streamvid.session_store import SnapshotError, check_embedder
 from streamvid.types import Question
@@ -133,7 +133,7 @@ def test_model_embedder_gives_the_adapters_own_vectors(adapter):
     video = seen[0][ids == adapter.model.config.video_token_id].numpy()  # a 2 x 2 token grid: one region each
     mean = video.mean(0) / np.linalg.norm(video.mean(0))
     want = (mean[None] + 2 * video / np.linalg.norm(video, axis=1, keepdims=True)) / 3
-    assert np.allclose(embedder.chunk_vector(frames, enc), want, atol=1e-5)
+    assert np.allclose(embedder.chunk_vector(frames, enc), want, atol=1e-5)  # random frames: 4 distinct regions
     assert np.allclose(enc.vector, mean, atol=1e-5)
 
 
@@ -158,7 +158,7 @@ def test_default_engine_stores_and_searches_the_adapters_vectors(adapter):
     assert sa.memory.dim == adapter.index_dim and len(sa.memory) >= 4
     for block_id in range(len(sa.memory)):  # block i is the i-th chunk encoded
         enc = spy.encoded[block_id]
-        assert np.allclose(sa.memory.load(block_id).vector, (enc.vector[None] + 2 * enc.regions) / 3)
+        assert np.allclose(sa.memory.load(block_id).vector, (enc.vector[None] + 2 * distinct_rows(enc.regions)) / 3)
     q = "What colour was the star?"
     want = [i for i, _ in sa.memory.search(adapter.question_vector(q), 2)]
     answer = sa.reasoning.answer(Question("q", q, 10.0))
@@ -303,3 +303,15 @@ def test_embedder_flag_reaches_the_engine_config(argv):
 def test_embedder_names():
     assert embedder_name("model") == "model"
     assert embedder_name("clip:openai/clip-vit-base-patch32") == "clip:openai/clip-vit-base-patch32"
+
+
+def test_distinct_rows_drops_near_copies_only():
+    rng = np.random.default_rng(1)
+    base = rng.standard_normal((3, 32))
+    base /= np.linalg.norm(base, axis=1, keepdims=True)
+    near = base[1] + 0.01 * rng.standard_normal(32)  # cosine ~0.998 to row 1
+    near /= np.linalg.norm(near)
+    rows = np.stack([base[0], base[1], near, base[2], base[0]])
+    kept = distinct_rows(rows)
+    assert np.array_equal(kept, base)  # in order; the near copy and the repeat dropped
+    assert np.array_equal(distinct_rows(rows, same=1.01), rows)

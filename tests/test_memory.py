@@ -100,6 +100,7 @@ def test_a_block_with_several_rows_scores_by_its_best_row(tmp_path):
         best = {i: float((rows[i] @ query).max()) for i in ids}
         return sorted(best, key=best.get, reverse=True)[:k], best
 
+    assert mem.stats().index_rows == sum(len(r) for r in rows.values()) == 120
     want, best = reference(rows, 6)
     got = mem.search(query, 6)
     assert [i for i, _ in got] == want
