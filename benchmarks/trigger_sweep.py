@@ -2,7 +2,7 @@
 
     python benchmarks/trigger_sweep.py record EPISODES.jsonl... --out SCORES.json [--model M]
     python benchmarks/trigger_sweep.py sweep SCORES.json... [--top 15]
-    python benchmarks/trigger_sweep.py apply SCORES.json... --fire F --reset R --k K --gate G [--max-skip S]
+    python benchmarks/trigger_sweep.py apply SCORES.json... --fire F --reset R --k K --gate G [--max-skip S] [--follow-up N]
 
 `record` runs each episode's "tell me when" questions natively through the real engine (chunking, one decision
 per chunk, the adapter's batched yes/no probes on the window) with the change gate off and a firing rule that never
@@ -86,10 +86,11 @@ def _gate(rec_i: int, min_novelty: float, max_skip_s: float, follow_up: int = 1)
 _RECS: list[dict] = []
 
 
-def simulate(rec_i: int, th: Thresholds, min_novelty: float, max_skip_s: float) -> tuple[list[Question], dict]:
+def simulate(rec_i: int, th: Thresholds, min_novelty: float, max_skip_s: float,
+             follow_up: int = 1) -> tuple[list[Question], dict]:
     """Alerts of one recorded episode under these settings: one gate for the episode, one rule per question."""
     rec = _RECS[rec_i]
-    looked, n_looked, n_skipped = _gate(rec_i, min_novelty, max_skip_s)
+    looked, n_looked, n_skipped = _gate(rec_i, min_novelty, max_skip_s, follow_up)
     questions = []
     for q in rec["questions"]:
         rule, held, alerts = FiringRule(th), None, []
@@ -103,10 +104,10 @@ def simulate(rec_i: int, th: Thresholds, min_novelty: float, max_skip_s: float) 
     return questions, {"looked": n_looked, "skipped": n_skipped}
 
 
-def evaluate(recs: list[dict], th: Thresholds, min_novelty: float, max_skip_s: float) -> dict:
+def evaluate(recs: list[dict], th: Thresholds, min_novelty: float, max_skip_s: float, follow_up: int = 1) -> dict:
     questions, looked, skipped = [], 0, 0
     for i in range(len(recs)):
-        qs, g = simulate(i, th, min_novelty, max_skip_s)
+        qs, g = simulate(i, th, min_novelty, max_skip_s, follow_up)
         questions += qs
         looked, skipped = looked + g["looked"], skipped + g["skipped"]
     out = report(questions, sum(r["stream_s"] for r in recs))
@@ -131,6 +132,7 @@ def main(argv=None) -> int:
     a.add_argument("--k", type=int, default=EngineConfig().trigger_k)
     a.add_argument("--gate", type=float, default=EngineConfig().gate_min_novelty)
     a.add_argument("--max-skip", type=float, default=EngineConfig().gate_max_skip_s)
+    a.add_argument("--follow-up", type=int, default=EngineConfig().gate_follow_up)
     args = p.parse_args(argv)
     if args.cmd == "record":
         cfg = EngineConfig(model=args.model)
@@ -142,7 +144,7 @@ def main(argv=None) -> int:
     _RECS[:] = recs
     if args.cmd == "apply":
         th = Thresholds(args.fire, args.reset, args.k, 0.0)
-        print(json.dumps(evaluate(recs, th, args.gate, args.max_skip)))
+        print(json.dumps(evaluate(recs, th, args.gate, args.max_skip, args.follow_up)))
         return 0
     rows = []
     for fire, reset, k, g, skip in itertools.product((0.5, 0.6, 0.7, 0.8, 0.9, 0.95), (0.1, 0.2, 0.3, 0.4, 0.5),
