@@ -2,7 +2,8 @@
 
     python benchmarks/trigger_sweep.py record EPISODES.jsonl... --out SCORES.json [--model M]
     python benchmarks/trigger_sweep.py sweep SCORES.json... [--top 15]
-    python benchmarks/trigger_sweep.py apply SCORES.json... --fire F --reset R --k K --gate G [--max-skip S] [--follow-up N]
+    python benchmarks/trigger_sweep.py apply SCORES.json... --fire F --reset R --k K --gate G [--max-skip S]
+        [--follow-up N]
 
 `record` runs each episode's "tell me when" questions natively through the real engine (chunking, one decision
 per chunk, the adapter's batched yes/no probes on the window) with the change gate off and a firing rule that never

@@ -10,7 +10,8 @@ numbers and says what a configuration means for the loaded model, in one line:
 
 Long-term blocks are stored compact (memory.py): `stored_block_bytes` is what one block costs there, exactly as
 memory.py counts it. Not counted: each block's retrieval rows in the FAISS index, held in RAM for every block (at
-most 16 float32 vectors of kv_heads x head_dim: 32 KB for Qwen2.5-VL-7B, under 1% of an int4 block). Pure arithmetic: no torch, no weights; a checkpoint's config.json is enough.
+most 16 float32 vectors of kv_heads x head_dim: 32 KB for Qwen2.5-VL-7B, under 1% of an int4 block). Pure
+arithmetic: no torch, no weights; a checkpoint's config.json is enough.
 """
 
 from __future__ import annotations

@@ -1,8 +1,9 @@
 """Which decoder layer makes the retrieval vectors of a checkpoint.
 
 A block is indexed by the pre-RoPE keys of its video tokens at one decoder layer (their mean, and per region of the
-frame: embedders.py), a question by the mean pre-RoPE query of its tokens at the same layer (heads averaged within each KV group), computed by a forward that
-stops at that layer's q_proj (adapters/hf.py `mean_queries`: no later layers, no LM head).
+frame: embedders.py), a question by the mean pre-RoPE query of its tokens at the same layer (heads averaged within
+each KV group), computed by a forward that stops at that layer's q_proj (adapters/hf.py `mean_queries`: no later
+layers, no LM head).
 
 - Checkpoints trained by `streamvid train-tiny` (the bundled model; their folder holds `training.json`) learn
   layer 0 for this, with a contrastive loss between questions and the blocks that answer them: layer 0.

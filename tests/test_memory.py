@@ -18,8 +18,9 @@ def block(i: int, vector: np.ndarray | None = None) -> Block:
     rng = np.random.default_rng(i)
     v = rng.standard_normal(DIM).astype(np.float32) if vector is None else vector
     shape = (1, 2, 8, 4)
+    unit = v / np.linalg.norm(v, axis=-1, keepdims=True)  # each row
     return Block(i, float(i), float(i + 1), (torch.randn(shape), torch.randn(shape)),
-                 (torch.randn(shape), torch.randn(shape)), 100 + 6 * i, 6, v / np.linalg.norm(v, axis=-1, keepdims=True))
+                 (torch.randn(shape), torch.randn(shape)), 100 + 6 * i, 6, unit)
 
 
 def test_search_finds_the_matching_block():

@@ -57,8 +57,8 @@ import torch.nn.functional as F
 
 from streamvid.adapters.hf import region_pool
 from streamvid.adapters.qwen2_5_vl import QwenVLAdapter, mean_queries
-from streamvid.embedders import REGION_WEIGHT
 from streamvid.adapters.tiny import build_tiny_checkpoint
+from streamvid.embedders import REGION_WEIGHT
 from streamvid.sources import FileSource
 from streamvid.synth.questions import QA, describe, frames_show, mentions, sample_qa
 from streamvid.synth.world import (
