@@ -217,7 +217,6 @@ class LongTermMemory:
             self._raise_spill_error()
             self._insert(stored)
             self._index.add_with_ids(rows, np.full(len(rows), stored.id, dtype=np.int64))
-            self._rows = max(self._rows, len(rows))
             if self._ram_used > self.ram_bytes:
                 self._start_spiller()
                 self._changed.notify_all()
@@ -326,7 +325,6 @@ class LongTermMemory:
                 if block.id != e["id"]:
                     raise ValueError(f"{e['file']} holds block {block.id}, expected {e['id']}")
                 mem._insert(block, (e["t_start_s"], e["t_end_s"]))
-                mem._rows = max(mem._rows, len(block.vector.reshape(-1, mem.dim)))
             if mem._ram_used > mem.ram_bytes:
                 mem._start_spiller()
                 mem._changed.notify_all()
@@ -360,6 +358,7 @@ class LongTermMemory:
         self._meta[stored.id] = span or (stored.t_start_s, stored.t_end_s)
         bisect.insort(self._starts, (self._meta[stored.id][0], stored.id))
         self._ram_used += stored.nbytes
+        self._rows = max(self._rows, len(stored.vector.reshape(-1, self.dim)))
 
     def _start_spiller(self) -> None:  # _lock held
         if self._spiller is None:
