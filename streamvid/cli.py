@@ -9,6 +9,7 @@
     streamvid convert ovo-bench|streamingbench|rvs|proactivevideoqa|svbench FILE... --videos DIR --out EPISODES.jsonl
     streamvid synth --seed S --minutes N --out DIR
     streamvid train-tiny --out models/streamvid-tiny [--seed S] [--steps N] [--time-budget-min M] [--init DIR]
+                        [--vision-refine-steps N]
     streamvid make-tiny --arch qwen2-vl|qwen2.5-vl|qwen3-vl|llava-onevision|llava-next-video --out DIR
 
 `run` prints one JSON object per line on stdout, in stream-time order: {"type": "answer", ...} per question (for
@@ -310,7 +311,8 @@ def cmd_train_tiny(args: argparse.Namespace) -> int:
     from streamvid.training.train_tiny import TrainConfig, train
 
     budget = {} if args.time_budget_min is None else {"time_budget_s": 60 * args.time_budget_min}
-    tune = {} if args.init is None else {"init_from": args.init, "lr": 3e-4, "short_window_frac": 0.0}
+    tune = {} if args.init is None else {"init_from": args.init, "lr": 3e-4, "short_window_frac": 0.0,
+                                         "vision_refine_steps": args.vision_refine_steps}
     if args.lr is not None:
         tune["lr"] = args.lr
     train(TrainConfig(out_dir=args.out, seed=args.seed, steps=args.steps, **budget, **tune))
@@ -471,6 +473,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="stop after this many minutes of main training (default 105); the learning rate decays to it")
     t.add_argument("--init", type=Path, default=None,
                    help="fine-tune this checkpoint (no vision warm-up; learning rate 3e-4 unless --lr)")
+    t.add_argument("--vision-refine-steps", type=int, default=0,
+                   help="with --init: first refine its vision tower for this many steps, anchored to its tokens")
     t.add_argument("--lr", type=float, default=None, help="peak learning rate (default 1e-3, fine-tuning 3e-4)")
     t.set_defaults(func=cmd_train_tiny)
 

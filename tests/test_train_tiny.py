@@ -91,6 +91,44 @@ def test_answers_are_taught_to_look_at_the_named_object_in_the_newest_block(data
     assert checked >= 6
 
 
+def test_listed_objects_look_at_their_cells(tmp_path_factory):
+    """An answer that lists what was on screen ("purple hexagon, red star"): at each listed colour word, which
+    predicts that object's shape, layer 1 is taught to look at the cells of the timed blocks whose decoded pixels
+    show that colour, and layer 2 at the word itself."""
+    from streamvid.adapters.tiny import build_tiny_checkpoint
+    from streamvid.training.train_tiny import _Batcher
+
+    cfg = TrainConfig(out_dir=tmp_path_factory.mktemp("unused"), n_timelines=1, minutes=1.0,
+                      families={"backward_at_time": 1.0})
+    timed = _Data(cfg, np.random.default_rng(4))
+    adapter = QwenVLAdapter(str(build_tiny_checkpoint(tmp_path_factory.mktemp("m"), hidden=32, layers=2)))
+    timed.encode_chunks(adapter.model, adapter.video_processor)
+    batcher = _Batcher(adapter, timed)
+    tok, g = adapter.tokenizer, cfg.frame_px // CELL_PX
+    palette = np.array(list(COLOURS.values()))
+    listed = 0
+    for _ in range(20):
+        s = timed.sample(3, max_turns=1)
+        batch = batcher.build([s])
+        ids = batch["input_ids"][0]
+        colours = [w.split()[0] for w in s["answer"].split(", ") if len(w.split()) == 2]
+        looks = {pos: cells for _, pos, cells in batch["word_looks"]}
+        at_self = [pos for _, pos, targets in batch["answer_looks"] if targets == [pos]]
+        assert [tok.decode(ids[pos]).strip() for pos in at_self] == colours
+        spans = batch["chunk_spans"]
+        for pos in at_self:
+            colour = tok.decode(ids[pos]).strip()
+            for t in looks[pos]:
+                (_, a, _), frames = next(((sp, f) for sp, f in zip(spans, s["chunks"]) if sp[1] <= t < sp[2]))
+                r, c = divmod(t - a, g)
+                images = np.stack([timed.frame(s["ti"], k) for k in frames]).astype(int)
+                cell = images[:, r * CELL_PX:(r + 1) * CELL_PX, c * CELL_PX:(c + 1) * CELL_PX].reshape(-1, 3)
+                d = np.abs(cell[:, None] - palette[None]).mean(2)
+                assert ((d.argmin(1) == list(COLOURS).index(colour)) & (d.min(1) < 45)).mean() > 0.05
+            listed += 1
+    assert listed >= 10
+
+
 def test_train_saves_a_checkpoint_the_engine_loads(tmp_path):
     record = train(TrainConfig(out_dir=tmp_path / "m", steps=3, batch=2, n_timelines=1, minutes=0.5, log_every=1,
                                eval_samples=4, vision_warmup_steps=2, warmup_scenes=4))
@@ -117,6 +155,37 @@ def test_train_saves_a_checkpoint_the_engine_loads(tmp_path):
     visual = [k for k in before if ".visual." in k or k.startswith("visual.")]
     assert visual and all(torch.equal(before[k], after[k]) for k in visual)
     assert any(not torch.equal(before[k], after[k]) for k in before if "language_model.layers" in k)
+
+    # ... and with the tower refined first: the tower moves too, and the tokens stay near the ones it had
+    refined = train(TrainConfig(out_dir=tmp_path / "r", steps=1, batch=2, n_timelines=1, minutes=0.5, log_every=1,
+                                eval_samples=4, init_from=tmp_path / "m", seed=2, vision_refine_steps=3,
+                                warmup_scenes=4))
+    steps = [h for h in refined["history"] if "vision_refine_step" in h]
+    assert [h["vision_refine_step"] for h in steps] == [0, 1, 2] and all(h["anchor"] >= 0 for h in steps)
+    (check,) = [h["vision_check"] for h in refined["history"] if "vision_check" in h]
+    assert set(check) == {"colour", "shape"}
+    after = QwenVLAdapter(str(tmp_path / "r")).model.state_dict()
+    assert any(not torch.equal(before[k], after[k]) for k in visual)
+
+
+def test_refinement_scenes_show_the_confusable_shapes():
+    """With confusable_frac 1 every scene with objects shows a CONFUSABLE shape, and its labels (cell, colour,
+    shape) are the colour the frame has at the cell's centre."""
+    from streamvid.synth.world import SHAPES
+    from streamvid.training.train_tiny import CONFUSABLE, _scene
+
+    rng = np.random.default_rng(1)
+    both = 0
+    for _ in range(200):
+        frame, labels, n = _scene(rng, 112, confusable_frac=1.0)
+        shown = {SHAPES[i] for i in np.nonzero(labels[:, len(COLOURS):].any(0))[0]}
+        assert len(shown) == n and (n == 0 or shown & set(CONFUSABLE))
+        both += set(CONFUSABLE) <= shown
+        for cell in np.nonzero(labels.any(1))[0]:
+            y, x = (cell // 4) * CELL_PX + CELL_PX // 2, (cell % 4) * CELL_PX + CELL_PX // 2
+            colour = list(COLOURS)[int(np.argmax(labels[cell, :len(COLOURS)]))]
+            assert np.abs(frame[y, x].astype(int) - COLOURS[colour]).max() <= 4  # pixel noise
+    assert 30 < both < 150
 
 
 def test_probe_edge_asks_about_the_newest_chunk_at_any_moment():

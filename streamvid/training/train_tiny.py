@@ -37,7 +37,10 @@ token shows at most one object. Training runs in two stages.
    The learning rate follows a cosine over the main steps or the time budget, whichever runs out first. The first
    `short_window_frac` of that progress sees 1-3 window blocks.
 
-`init_from` fine-tunes an earlier checkpoint instead: no warm-up, its tower and word embeddings as they are.
+`init_from` fine-tunes an earlier checkpoint instead: no warm-up, its word embeddings as they are, and its tower
+as it is unless `vision_refine_steps` > 0. Then the tower first learns on for that many steps with the warm-up's
+dense targets on fresh grid scenes, half of them showing the shapes a small tower confuses (`CONFUSABLE`), while
+an anchor keeps its tokens where the language model learnt to read them (`_vision_refine`).
 """
 
 from __future__ import annotations
@@ -82,6 +85,7 @@ REALTIME = ("realtime_colour", "realtime_shape", "realtime_count", "realtime_exi
 FAMILY_WEIGHTS = {"realtime_colour": 1.0, "realtime_shape": 1.0, "realtime_count": 1.0, "realtime_exists": 1.0,
                   "probe": 1.0, "probe_edge": 1.0, "backward_colour": 2.0, "backward_shape": 1.5,
                   "backward_at_time": 1.5}
+CONFUSABLE = ("circle", "hexagon")  # the shapes the bundled tower confused most (benchmarks/vision_confusion.py)
 PROBE_TEMPLATE = "Is there {a} {c} {s} now? Answer yes or no."
 N_EVAL_TIMELINES = 2
 
@@ -116,7 +120,12 @@ class TrainConfig:
     eval_every: int = 300
     eval_samples: int = 160
     families: dict = field(default_factory=lambda: dict(FAMILY_WEIGHTS))
-    init_from: Path | None = None  # fine-tune this checkpoint (its tower stays as it is) instead of a fresh one
+    list_looks: bool = True  # answers that list objects: each colour word in the answer looks at its object too
+    init_from: Path | None = None  # fine-tune this checkpoint instead of a fresh one
+    vision_refine_steps: int = 0  # fine-tuning: steps that refine its tower first (0: the tower stays as it is)
+    vision_refine_lr: float = 1e-3
+    vision_anchor: float = 1.0  # weight of the refined tokens' relative squared distance to the tower's tokens before
+    confusable_frac: float = 0.5  # share of refinement scenes that show a CONFUSABLE shape
 
 
 class _Data:
@@ -310,6 +319,7 @@ class _Batcher:
     def __init__(self, adapter: QwenVLAdapter, data: _Data):
         self.a = adapter
         self.data = data
+        self.list_looks = data.cfg.list_looks
         tok = adapter.tokenizer
         self.sink_ids = tok.encode(adapter.sink_text, add_special_tokens=False)
         self.end_id = tok.convert_tokens_to_ids("<|im_end|>")
@@ -317,6 +327,9 @@ class _Batcher:
         # first token of " red", ..., " circle", ...: the column of each attribute word in the cell labels
         self.word_column = {tok.encode(" " + w, add_special_tokens=False)[0]: i
                             for i, w in enumerate([*COLOURS, *SHAPES])}
+        # ... and in an answer, whose first word has no space before it
+        self.answer_column = {**self.word_column, **{tok.encode(w, add_special_tokens=False)[0]: i
+                                                     for i, w in enumerate([*COLOURS, *SHAPES])}}
 
     def build(self, samples: list[dict]) -> dict:
         a, tok = self.a, self.a.tokenizer
@@ -351,6 +364,14 @@ class _Batcher:
                 answer_targets = words or self._look_at(s, spans, family, [])
                 if answer_targets:
                     answer_looks.append((si, start + len(prompt) - 1, answer_targets))
+                if self.list_looks:  # "red star, yellow triangle": each listed colour looks at its object
+                    at = start + len(prompt)
+                    for j, (t, nxt) in enumerate(zip(answer_ids, answer_ids[1:])):
+                        column = self.answer_column.get(t, len(COLOURS))
+                        if column < len(COLOURS) and self.answer_column.get(nxt, -1) >= len(COLOURS):
+                            if cells := self._look_at(s, spans, family, [column]):
+                                word_looks.append((si, at + j, cells))
+                                answer_looks.append((si, at + j, [at + j]))
                 ids += prompt + answer_ids
             rows.append(ids)
             labels.append(lab)
@@ -399,7 +420,7 @@ def train(cfg: TrainConfig) -> dict:
     rng = np.random.default_rng(cfg.seed)
     out = Path(cfg.out_dir)
     previous = None
-    if cfg.init_from is not None:  # fine-tune: the checkpoint's files, its tower as it is, its record kept
+    if cfg.init_from is not None:  # fine-tune: the checkpoint's files, its record kept
         init = Path(cfg.init_from)
         if not (init / "config.json").is_file():
             raise ValueError(f"no checkpoint to fine-tune in {init}")
@@ -427,8 +448,11 @@ def train(cfg: TrainConfig) -> dict:
     if cfg.init_from is None:
         history = _vision_warmup(model, adapter.video_processor, cfg, rng, readout, data)
         _align_words(model.get_input_embeddings(), words, readout)
+    elif cfg.vision_refine_steps > 0:
+        history = _vision_refine(model, adapter.video_processor, cfg, rng, readout)
     else:
         history = []
+    tower_trained = cfg.init_from is None or cfg.vision_refine_steps > 0
     # from here the tower is frozen at the weights the engine will run (saved in bfloat16), and its tokens for
     # every chunk are computed once: the main loop trains the language model alone, at text speed
     for p in model.model.visual.parameters():
@@ -436,7 +460,7 @@ def train(cfg: TrainConfig) -> dict:
         p.data = p.data.to(torch.bfloat16).float()
     t_enc = time.perf_counter()
     data.encode_chunks(model, adapter.video_processor)
-    history.append({"vision_check": _vision_check(data, readout) if cfg.init_from is None else None,
+    history.append({"vision_check": _vision_check(data, readout) if tower_trained else None,
                     "encode_s": round(time.perf_counter() - t_enc, 1)})
     log.warning("train %s", history[-1])
     # the language model's rate stays low and its weights decayed, or its attention saturates onto a few prompt
@@ -560,6 +584,62 @@ def _vision_warmup(model, processor, cfg: TrainConfig, rng: np.random.Generator,
     return history
 
 
+def _vision_refine(model, processor, cfg: TrainConfig, rng: np.random.Generator, readout: _Readout) -> list[dict]:
+    """Train a checkpoint's tower on: `_Readout` fitted on its frozen tokens first (200 steps), then tower and
+    readout together on fresh grid scenes (a `confusable_frac` share showing a CONFUSABLE shape), plus an anchor:
+    the squared distance of the tokens to those of the tower as loaded, relative to their mean square. The anchor
+    keeps the tokens where the checkpoint's language model reads them, so what the refinement adds (telling a
+    circle from a hexagon) reaches answers without relearning to read."""
+    import copy
+
+    frozen = copy.deepcopy(model.model.visual).eval().requires_grad_(False)
+
+    def scenes() -> tuple[dict, list[np.ndarray], list[int]]:
+        frames, cells, counts = zip(*[_scene(rng, cfg.frame_px, cfg.confusable_frac)
+                                      for _ in range(cfg.warmup_scenes)])
+        video = processor(videos=[np.stack([f] * cfg.frames_per_chunk) for f in frames], return_tensors="pt",
+                          do_sample_frames=False, cap_pixels_per_frame=True)
+        return video, list(cells), list(counts)
+
+    def tokens(tower, video) -> torch.Tensor:
+        return tower(video["pixel_values_videos"], grid_thw=video["video_grid_thw"], return_dict=True).pooler_output
+
+    history, t0 = [], time.perf_counter()
+    opt = torch.optim.AdamW(readout.parameters(), lr=3e-3)
+    for _ in range(200):
+        video, cells, counts = scenes()
+        with torch.no_grad():
+            before = tokens(frozen, video)
+        loss = readout.loss(before, cells, counts)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    history.append({"vision_refine_readout": round(loss.item(), 4), "elapsed_s": round(time.perf_counter() - t0, 1)})
+    params = [*model.model.visual.parameters(), *readout.parameters()]
+    opt = torch.optim.AdamW(params, lr=cfg.vision_refine_lr, weight_decay=0.0)
+    steps = cfg.vision_refine_steps
+    for step in range(steps):
+        for group in opt.param_groups:
+            group["lr"] = cfg.vision_refine_lr * min(1.0, (step + 1) / 50) * 0.5 * (1 + math.cos(math.pi * step / steps))
+        video, cells, counts = scenes()
+        with torch.no_grad():
+            before = tokens(frozen, video)
+        after = tokens(model.model.visual, video)
+        aux = readout.loss(after, cells, counts)
+        anchor = F.mse_loss(after, before) / before.pow(2).mean()
+        loss = aux + cfg.vision_anchor * anchor
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        if step % cfg.log_every == 0 or step == steps - 1:
+            rec = {"vision_refine_step": step, "vision_aux": round(aux.item(), 4),
+                   "anchor": round(anchor.item(), 5), "elapsed_s": round(time.perf_counter() - t0, 1)}
+            history.append(rec)
+            log.warning("train %s", rec)
+    return history
+
+
 class _Readout(torch.nn.Module):
     """The vision warm-up's targets, per merged vision token: which shape and which colour cover its cell (or
     none: softmax classes, so every occupied cell gets the full gradient of its shape), and per chunk the object
@@ -598,13 +678,20 @@ def _align_words(embed: torch.nn.Embedding, words: torch.Tensor, readout: _Reado
     embed.weight[words] = F.normalize(detectors, dim=-1) * norm
 
 
-def _scene(rng: np.random.Generator, px: int) -> tuple[np.ndarray, np.ndarray, int]:
+def _scene(rng: np.random.Generator, px: int, confusable_frac: float = 0.0) -> tuple[np.ndarray, np.ndarray, int]:
     """A random grid scene: 0-3 objects of distinct shapes and colours in distinct cells, each centred in its cell
-    with the world's size range and jitter. Returns the frame, its (cells, colours + shapes) labels and the count."""
+    with the world's size range and jitter. With probability `confusable_frac` a scene with objects shows one
+    CONFUSABLE shape, or (half the time, with two or more objects) all of them. Returns the frame, its (cells,
+    colours + shapes) labels and the count."""
     grid = px // CELL_PX
     n = int(rng.choice(4, p=(0.1, 0.3, 0.35, 0.25)))
     cells = rng.choice(grid * grid, n, replace=False)
     shapes, colours = rng.choice(len(SHAPES), n, replace=False), rng.choice(len(COLOURS), n, replace=False)
+    if n and rng.random() < confusable_frac:
+        confusable = [SHAPES.index(s) for s in CONFUSABLE]
+        pick = confusable if n >= len(confusable) and rng.random() < 0.5 else [int(rng.choice(confusable))]
+        rest = rng.choice([i for i in range(len(SHAPES)) if i not in pick], n, replace=False)
+        shapes = np.array([*pick, *rest][:n])
     labels = np.zeros((grid * grid, len(COLOURS) + len(SHAPES)), bool)
     objects = []
     for cell, si, ci in zip(cells, shapes, colours):
