@@ -619,8 +619,9 @@ def _vision_refine(model, processor, cfg: TrainConfig, rng: np.random.Generator,
     opt = torch.optim.AdamW(params, lr=cfg.vision_refine_lr, weight_decay=0.0)
     steps = cfg.vision_refine_steps
     for step in range(steps):
+        lr = cfg.vision_refine_lr * min(1.0, (step + 1) / 50) * 0.5 * (1 + math.cos(math.pi * step / steps))
         for group in opt.param_groups:
-            group["lr"] = cfg.vision_refine_lr * min(1.0, (step + 1) / 50) * 0.5 * (1 + math.cos(math.pi * step / steps))
+            group["lr"] = lr
         video, cells, counts = scenes()
         with torch.no_grad():
             before = tokens(frozen, video)
