@@ -156,16 +156,18 @@ def test_train_saves_a_checkpoint_the_engine_loads(tmp_path):
     assert visual and all(torch.equal(before[k], after[k]) for k in visual)
     assert any(not torch.equal(before[k], after[k]) for k in before if "language_model.layers" in k)
 
-    # ... and with the tower refined first: the tower moves too, and the tokens stay near the ones it had
-    refined = train(TrainConfig(out_dir=tmp_path / "r", steps=1, batch=2, n_timelines=1, minutes=0.5, log_every=1,
+    # ... and the tower refined alone (no main steps): the tower moves, the language model stays as it was
+    refined = train(TrainConfig(out_dir=tmp_path / "r", steps=0, n_timelines=1, minutes=0.5, log_every=1,
                                 eval_samples=4, init_from=tmp_path / "m", seed=2, vision_refine_steps=3,
                                 warmup_scenes=4))
     steps = [h for h in refined["history"] if "vision_refine_step" in h]
     assert [h["vision_refine_step"] for h in steps] == [0, 1, 2] and all(h["anchor"] >= 0 for h in steps)
+    assert refined["steps_done"] == 0 and not [h for h in refined["history"] if "step" in h]
     (check,) = [h["vision_check"] for h in refined["history"] if "vision_check" in h]
     assert set(check) == {"colour", "shape"}
     after = QwenVLAdapter(str(tmp_path / "r")).model.state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in visual)
+    assert all(torch.equal(before[k], after[k]) for k in before if k not in visual)
 
 
 def test_refinement_scenes_show_the_confusable_shapes():

@@ -27,9 +27,10 @@ token shows at most one object. Training runs in two stages.
      block for a question about now, in the retrieved blocks for one about the past — so the word's position
      gathers what the object it names looks like. At the position that predicts the answer's first token, two
      heads of layer 2 are taught to attend to those words (to the objects' vision tokens themselves for a
-     question that names nothing, such as a count). Without it the answer takes the colour of the right object
-     but a shape from elsewhere, and older blocks in the context (the same shape in another colour) pull answers
-     about now into the past;
+     question that names nothing, such as a count). An answer that lists objects ("purple hexagon, red star")
+     is taught the same hops at each listed colour word, which predicts that object's shape. Without them the
+     answer takes the colour of the right object but a shape from elsewhere, and older blocks in the context (the
+     same shape in another colour) pull answers about now into the past;
    - a contrastive loss on the engine's retrieval vectors: at decoder layer 0, the pre-RoPE keys of a block's
      video tokens (their mean and each region's, scored as the engine's memory scores a block) and the mean
      pre-RoPE query of the question's tokens (GQA heads averaged). Nothing mixes tokens before layer 0's
@@ -94,7 +95,7 @@ N_EVAL_TIMELINES = 2
 class TrainConfig:
     out_dir: Path
     seed: int = 0
-    steps: int | None = None  # None: 6,000 (the time budget usually ends training first)
+    steps: int | None = None  # None: 6,000 (the time budget usually ends training first); 0: the tower alone
     batch: int = 8
     lr: float = 1e-3
     weight_decay: float = 0.1
@@ -120,7 +121,6 @@ class TrainConfig:
     eval_every: int = 300
     eval_samples: int = 160
     families: dict = field(default_factory=lambda: dict(FAMILY_WEIGHTS))
-    list_looks: bool = True  # answers that list objects: each colour word in the answer looks at its object too
     init_from: Path | None = None  # fine-tune this checkpoint instead of a fresh one
     vision_refine_steps: int = 0  # fine-tuning: steps that refine its tower first (0: the tower stays as it is)
     vision_refine_lr: float = 1e-3
@@ -319,7 +319,6 @@ class _Batcher:
     def __init__(self, adapter: QwenVLAdapter, data: _Data):
         self.a = adapter
         self.data = data
-        self.list_looks = data.cfg.list_looks
         tok = adapter.tokenizer
         self.sink_ids = tok.encode(adapter.sink_text, add_special_tokens=False)
         self.end_id = tok.convert_tokens_to_ids("<|im_end|>")
@@ -364,14 +363,15 @@ class _Batcher:
                 answer_targets = words or self._look_at(s, spans, family, [])
                 if answer_targets:
                     answer_looks.append((si, start + len(prompt) - 1, answer_targets))
-                if self.list_looks:  # "red star, yellow triangle": each listed colour looks at its object
-                    at = start + len(prompt)
-                    for j, (t, nxt) in enumerate(zip(answer_ids, answer_ids[1:])):
-                        column = self.answer_column.get(t, len(COLOURS))
-                        if column < len(COLOURS) and self.answer_column.get(nxt, -1) >= len(COLOURS):
-                            if cells := self._look_at(s, spans, family, [column]):
-                                word_looks.append((si, at + j, cells))
-                                answer_looks.append((si, at + j, [at + j]))
+                # an answer that lists objects ("red star, yellow triangle"): at each listed colour, which predicts
+                # its object's shape, layer 1 looks at the object and layer 2 at that colour word itself
+                at = start + len(prompt)
+                for j, (t, nxt) in enumerate(zip(answer_ids, answer_ids[1:])):
+                    column = self.answer_column.get(t, len(COLOURS))
+                    if column < len(COLOURS) and self.answer_column.get(nxt, -1) >= len(COLOURS):
+                        if cells := self._look_at(s, spans, family, [column]):
+                            word_looks.append((si, at + j, cells))
+                            answer_looks.append((si, at + j, [at + j]))
                 ids += prompt + answer_ids
             rows.append(ids)
             labels.append(lab)
@@ -436,7 +436,7 @@ def train(cfg: TrainConfig) -> dict:
     data = _Data(cfg, rng)
     batcher = _Batcher(adapter, data)
     eval_set = data.eval_set(cfg.eval_samples)
-    steps = cfg.steps or 6000
+    steps = 6000 if cfg.steps is None else cfg.steps
     model.set_attn_implementation("eager")  # the attention loss reads the attention weights
     captured: list[torch.Tensor] = []
     hook = model.model.language_model.layers[0].self_attn.k_proj.register_forward_hook(
@@ -473,7 +473,7 @@ def train(cfg: TrainConfig) -> dict:
     def progress(step: int) -> float:  # main steps or time budget, whichever runs out first
         return min(1.0, max(step / steps, (time.perf_counter() - t0) / cfg.time_budget_s))
 
-    step = 0
+    done_steps = 0
     for step in range(steps):
         done = progress(step)
         for group in opt.param_groups:
@@ -498,6 +498,7 @@ def train(cfg: TrainConfig) -> dict:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        done_steps = step + 1
         over_budget = time.perf_counter() - t0 > cfg.time_budget_s
         last = step == steps - 1 or over_budget
         if step % cfg.log_every == 0 or last:
@@ -518,7 +519,7 @@ def train(cfg: TrainConfig) -> dict:
     model.eval()
     _save(model, out)
     record = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items() if k != "out_dir"},
-              "steps_done": step + 1, "train_s": round(time.perf_counter() - t0, 1), "history": history}
+              "steps_done": done_steps, "train_s": round(time.perf_counter() - t0, 1), "history": history}
     if previous is not None:
         record["fine_tuned_from"] = previous
     (out / "training.json").write_text(json.dumps(record, indent=1))
