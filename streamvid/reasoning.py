@@ -133,9 +133,23 @@ class _Round:
     block: Block  # the newest block of the snapshot
     t_s: float  # stream time of its last frame: when the decision is made
     scene: np.ndarray  # (n_tokens, kv_heads * head_dim) the block's token features (see scene_features)
-    context: Context | None = None  # sinks + window snapshot, shared by every forward of the round
+    snap: WindowSnapshot | None = None
+    context: Context | None = None  # sinks + window snapshot: narration's context, and that of older triggers
     todo: list[Trigger] = field(default_factory=list)
     narrate: bool = False
+
+    def since(self, trigger: Trigger) -> int:
+        """Index of the first window block a trigger's probe looks at: the first that ends after the trigger was
+        made (the newest block at least). A condition about the future is not met by what the window held before
+        it was asked: "tell me when a red diamond appears" asked 3 s after one left would otherwise fire on the
+        one that left, while it is still in the window."""
+        blocks = self.snap.blocks
+        return next((i for i, b in enumerate(blocks) if b.t_end_s > trigger.created_t_s + 1e-6), len(blocks) - 1)
+
+    def probe_context(self, start: int, positions) -> Context:
+        if start == 0:
+            return self.context
+        return layout(self.snap.sinks, (), self.snap.blocks[start:], positions)
 
 
 class ReasoningWorker:
@@ -216,8 +230,12 @@ class ReasoningWorker:
                 return False
         r = self._round
         if r.todo:
-            batch, r.todo = r.todo[:self.config.probe_batch], r.todo[self.config.probe_batch:]
-            scores = self.adapter.probe_many(r.context, [tr.probe.question for tr in batch])
+            start = r.since(r.todo[0])  # a batch shares one context: triggers that look from the same block
+            same = [tr for tr in r.todo if r.since(tr) == start]
+            batch = same[:self.config.probe_batch]
+            r.todo = [tr for tr in r.todo if all(tr is not b for b in batch)]
+            scores = self.adapter.probe_many(r.probe_context(start, self.adapter.positions),
+                                             [tr.probe.question for tr in batch])
             self.probe_forwards += 1
             self.probes_run += len(batch)
             for tr, p_yes in zip(batch, scores, strict=True):
@@ -256,6 +274,7 @@ class ReasoningWorker:
         r.narrate = self.narration is not None and self.narration.due(r.scene, t_s)
         if not r.todo and not r.narrate:
             return None
+        r.snap = snap
         r.context = layout(snap.sinks, (), snap.blocks, self.adapter.positions)
         return r
 

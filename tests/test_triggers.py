@@ -198,6 +198,51 @@ def test_tell_me_when_is_acknowledged_then_alerts_once_at_the_event(adapter, fra
     assert sa.stats()["alerts"] == 1
 
 
+class WindowOracleAdapter(OracleAdapter):
+    """Probes say yes when the pair is on screen in any chunk of the context: a model that cannot tell the newest
+    chunk from the rest of the window (the bundled model on an object that left a few seconds ago)."""
+
+    def __init__(self, real, frame_times):
+        super().__init__(real, frame_times)
+        self.seen: list[tuple[list[float], list[float]]] = []  # per probe: chunk times of its context, of the window
+        self.window = None
+
+    def _times_of(self, values) -> list[float]:
+        times, tail = [], values
+        while True:
+            hit = next(((v, t) for v, t in reversed(self._chunks)
+                        if tail.shape[2] >= v.shape[2] and torch.equal(tail[:, :, -v.shape[2]:], v)), None)
+            if hit is None:
+                return times[::-1]
+            times.append(hit[1])
+            tail = tail[:, :, :-hit[0].shape[2]]
+
+    def probe_many(self, context, questions):
+        times = self._times_of(context.values[0])
+        window = [b.t_end_s for b in self.window.snapshot().blocks]
+        self.seen.append((times, window))
+        visible = set().union(*(TRUTH.pairs(t) for t in times))
+        return [0.95 if (m := _PAIR.match(q)) and m.groups() in visible else 0.05 for q in questions]
+
+
+def test_a_trigger_looks_only_at_what_came_after_it_was_made(adapter, frame_times):
+    """"Tell me when a red star appears" asked 2 s after one left: the window still shows it, yet the trigger waits
+    for the next red star (enters at 68 s) instead of firing on the one that left."""
+    pair, left, again = ("red", "star"), 44.0, 68.0
+    assert pair in TRUTH.pairs(left - 0.5) and not any(pair in TRUTH.pairs(t / 2) for t in range(88, 136))
+    assert again in TRUTH.enters(pair)
+    oracle = WindowOracleAdapter(adapter, frame_times)
+    sa = StreamingAssistant(_cfg(window_tokens=None, window_s=8.0), adapter=oracle)
+    oracle.window = sa.window
+    outs = sa.run_simulated(FileSource(CLIP, fps=FPS, t_end_s=again + 6.0),
+                            [(left + 2.0, f"Tell me when {_a(pair)} appears.")])
+    alerts = [o for o in outs if o.kind == "alert"]
+    assert len(alerts) == 1 and again <= alerts[0].data["t_s"] <= again + 2.0
+    times, window = oracle.seen[0]  # the first probe: the window held the red star that left, the context did not
+    assert any(pair in TRUTH.pairs(t) for t in window) and times and min(times) > left + 1.0
+    assert [t for t, w in oracle.seen if len(w) and len(t) == len(w)], "once the window is all new, it is all seen"
+
+
 def _edges(pair, k_times, rising=True):
     """Stream times (decision times) where the pair's visibility turns on (or off)."""
     seen = [pair in TRUTH.pairs(t) for t in k_times]
