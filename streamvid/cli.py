@@ -310,6 +310,8 @@ def cmd_synth(args: argparse.Namespace) -> int:
 def cmd_train_tiny(args: argparse.Namespace) -> int:
     from streamvid.training.train_tiny import TrainConfig, train
 
+    if args.vision_refine_steps and args.init is None:
+        raise ValueError("--vision-refine-steps refines a checkpoint's tower: give the checkpoint with --init DIR")
     budget = {} if args.time_budget_min is None else {"time_budget_s": 60 * args.time_budget_min}
     tune = {} if args.init is None else {"init_from": args.init, "lr": 3e-4, "short_window_frac": 0.0,
                                          "vision_refine_steps": args.vision_refine_steps}

@@ -219,6 +219,15 @@ def test_cli_wires_train_tiny():
     assert args.func.__name__ == "cmd_train_tiny" and args.steps == 5
 
 
+def test_cli_refining_a_tower_needs_the_checkpoint(tmp_path, capsys):
+    from streamvid.cli import main
+
+    assert main(["train-tiny", "--out", str(tmp_path / "x"), "--vision-refine-steps", "10", "--steps", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--init DIR" in err[0]
+    assert not (tmp_path / "x").exists()
+
+
 def test_language_model_trains_on_the_vision_tokens_the_engine_computes(tmp_path):
     """The chunk tokens computed once for the whole timeline equal the tower's output on the engine's own chunk
     inputs, and a forward with them in the video slots equals the model's forward from the pixels."""
