@@ -305,11 +305,12 @@ class StreamingAssistant:
                 f"uses {now.n_tokens} tokens: use the streamvid that wrote it, or another --session folder")
         # the sinks are this model's own encoding of the same prompt; the saved blocks follow them as before
         for block in snap.blocks:
+            alone = block.memory_kv and tuple(tuple(t.to(device) for t in kv) for kv in block.memory_kv)
             block = block.replace(keys=tuple(k.to(device) for k in block.keys),
-                                  values=tuple(v.to(device) for v in block.values))
+                                  values=tuple(v.to(device) for v in block.values), memory_kv=alone)
             for old in self.window.append(block):
                 if self.memory is not None:
-                    self.memory.add(old)
+                    self.memory.add(old.for_memory())
         self.ingest.resume_at(snap.meta["stream_t_s"], snap.meta["next_block_id"])
         self.reasoning.t_offset_s = snap.meta["stream_t_s"]
         self.reasoning.dialogue.extend((q, a) for q, a in snap.meta["dialogue"])

@@ -63,6 +63,9 @@ def _engine_args(parser: argparse.ArgumentParser, d) -> None:
     parser.add_argument("--memory-disk-mb", type=float, default=d.memory_disk_mb, help="long-term memory on disk")
     parser.add_argument("--memory-kv", default=d.memory_kv, choices=MEMORY_KINDS,
                         help="how long-term KV blocks are stored (int8: 1 byte per element, int4: 0.56)")
+    parser.add_argument("--memory-encoding", default=None, choices=("window", "sinks"),
+                        help="what memory keeps of a block: its KV from the window, or the chunk encoded again after "
+                             "the sinks alone (default: sinks for a streamvid-trained model, else window)")
     parser.add_argument("--memory-keep", type=float, default=d.memory_keep,
                         help="share of each long-term block's tokens kept (1: all)")
     parser.add_argument("--retrieve-for-now", action="store_true",
@@ -90,8 +93,8 @@ def _engine_config(args: argparse.Namespace, **fields):
                         attn=args.attn, window_s=args.window_s, window_mb=args.window_mb,
                         window_tokens=getattr(args, "window_tokens", None), memory_ram_mb=args.memory_ram_mb,
                         memory_disk_mb=args.memory_disk_mb, memory_kv=args.memory_kv, memory_keep=args.memory_keep,
-                        index_layer=args.index_layer, embedder=args.embedder, retrieve_for_now=args.retrieve_for_now,
-                        fps=args.fps, **fields)
+                        memory_encoding=args.memory_encoding, index_layer=args.index_layer, embedder=args.embedder,
+                        retrieve_for_now=args.retrieve_for_now, fps=args.fps, **fields)
 
 
 def _log_budgets(sa, video: str) -> None:

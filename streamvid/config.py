@@ -37,6 +37,9 @@ class EngineConfig:
     memory_kv: str = "int8"  # long-term blocks: "int8" or "int4" (quantised K and V, kv_compact.py), or "float"
     memory_keep: float = 1.0  # share of a block's tokens kept in long-term memory (lowest key norm first kept)
     index_layer: int | None = None  # decoder layer of the retrieval vectors; None: retrieval.default_index_layer
+    # what memory keeps of a block: "window", its KV as encoded on the window; "sinks", the chunk encoded again
+    # after the sinks alone (one more chunk forward per block); None: retrieval.default_memory_encoding
+    memory_encoding: str | None = None
     embedder: str = "model"  # retrieval vectors: the model's own ("model") or "clip:<HF id or dir>" (embedders.py)
     rebase_after_pos: int = 16384  # rebase window positions once the next position passes this
     max_new_tokens: int = 32
@@ -76,6 +79,8 @@ class EngineConfig:
         if self.window_tokens is not None and self.window_mb is not None:
             raise ValueError(f"set the window in tokens or in MB, not both: got window_tokens={self.window_tokens}, "
                              f"window_mb={self.window_mb}")
+        if self.memory_encoding not in (None, "window", "sinks"):
+            raise ValueError(f"memory_encoding must be window or sinks, got {self.memory_encoding!r}")
         if self.memory_kv not in MEMORY_KINDS:
             raise ValueError(f"memory_kv must be one of {', '.join(MEMORY_KINDS)}, got {self.memory_kv!r}")
         if not 0 < self.memory_keep <= 1:

@@ -19,11 +19,13 @@ import threading
 import time
 from collections.abc import Callable
 
-from streamvid.adapters.base import VideoLLMAdapter
+from streamvid.adapters.base import Context, VideoLLMAdapter
 from streamvid.config import EngineConfig
 from streamvid.embedders import Embedder, ModelEmbedder
 from streamvid.kv_window import Block, KVWindow
 from streamvid.memory import LongTermMemory
+from streamvid.positions import concat, move_block
+from streamvid.retrieval import default_memory_encoding
 from streamvid.types import Frame
 from streamvid.window_buffer import WindowBuffer
 
@@ -39,6 +41,7 @@ class IngestWorker:
         self.window = window
         self.memory = memory
         self.embedder = embedder or ModelEmbedder(adapter)  # gives each block its retrieval vector
+        self.memory_encoding = config.memory_encoding or default_memory_encoding(config.model)
         self.source = None
         self.on_block: Callable[[], None] | None = None
         self._pending: list[Frame] = []
@@ -83,15 +86,20 @@ class IngestWorker:
         snap = self.window.snapshot()
         enc = self._encode(frames, snap)
         vector = self.embedder.chunk_vector([f.image for f in frames], enc)  # the chunk's own frames, not padding
+        alone = None
+        if self.memory is not None and self.memory_encoding == "sinks":
+            sinks = move_block(snap.sinks, snap.next_pos - snap.sinks.pos_span, self.adapter.positions)
+            mem = self._encode(frames, snap, past=concat([sinks], snap.next_pos))
+            alone = (mem.keys, mem.values)
         with self.lock:
             block = Block(id=self._next_id, t_start_s=frames[0].t_s, t_end_s=frames[-1].t_s + 1.0 / self.config.fps,
                           keys=enc.keys, values=enc.values, pos_start=snap.next_pos, pos_span=enc.pos_span,
-                          vector=vector, scene=enc.scene)
+                          vector=vector, scene=enc.scene, memory_kv=alone)
             self._next_id += 1
             self._buffer.append(block)
             for old in self.window.append(block):
                 if self.memory is not None:
-                    self.memory.add(old)  # compacted, then copied to the host (memory.StoredBlock.of)
+                    self.memory.add(old.for_memory())  # compacted, then copied to the host (memory.StoredBlock.of)
             snap = self.window.snapshot()
             # room before the window for the retrieved blocks of an answer (twice the largest block, per block)
             room = 2 * self.config.memory_top_k * max(b.pos_span for b in snap.blocks)
@@ -118,12 +126,14 @@ class IngestWorker:
                      values=enc.values, pos_start=snap.next_pos, pos_span=enc.pos_span, vector=None,
                      scene=enc.scene)  # no vector: this block is never stored or searched
 
-    def _encode(self, frames: list[Frame], snap):
-        """One chunk's KV on top of the window snapshot; a short chunk is padded by repeating its last frame."""
+    def _encode(self, frames: list[Frame], snap, past: Context | None = None):
+        """One chunk's KV on top of the window snapshot (or on `past`); a short chunk is padded by repeating its
+        last frame."""
         images = [f.image for f in frames]
         images += [images[-1]] * (self.config.frames_per_chunk - len(images))
-        room = snap.blocks[-1].n_tokens if snap.blocks else 0  # for a chunk as large as the newest one
-        past = self._buffer.context(snap, room=room)  # sinks + window, with room for the chunk after them
+        if past is None:
+            room = snap.blocks[-1].n_tokens if snap.blocks else 0  # for a chunk as large as the newest one
+            past = self._buffer.context(snap, room=room)  # sinks + window, with room for the chunk after them
         seconds_per_chunk = self.config.frames_per_chunk / self.config.fps
         if getattr(self.adapter, "uses_stream_time", False):  # its tokens carry the chunk's time (Qwen3-VL)
             return self.adapter.encode_chunk(images, past, seconds_per_chunk, t_start_s=frames[0].t_s)

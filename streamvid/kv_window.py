@@ -31,6 +31,9 @@ class Block:
     pos_span: int
     vector: np.ndarray | None = None  # (index_dim,) or (rows, index_dim) float32: retrieval vector(s), memory.py
     scene: np.ndarray | None = None  # (n_video_tokens, hidden) float16 vision tokens (change gate); not stored
+    # (keys, values) that long-term memory stores instead of keys/values (the chunk encoded after the sinks
+    # alone, EngineConfig.memory_encoding "sinks"); None: memory stores keys/values
+    memory_kv: tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]] | None = None
 
     @property
     def n_tokens(self) -> int:
@@ -42,6 +45,12 @@ class Block:
 
     def replace(self, **changes) -> Block:
         return dataclasses.replace(self, **changes)
+
+    def for_memory(self) -> Block:
+        """The block as long-term memory stores it: with `memory_kv` for its keys and values when it has one."""
+        if self.memory_kv is None:
+            return self
+        return dataclasses.replace(self, keys=self.memory_kv[0], values=self.memory_kv[1], memory_kv=None)
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,13 @@ from pathlib import Path
 TRAINED_MARKER = "training.json"  # written by `streamvid train-tiny` next to the weights
 
 
+def default_memory_encoding(model: str) -> str:
+    """How blocks bound for long-term memory are encoded (`EngineConfig.memory_encoding`): "sinks" for a
+    checkpoint trained by streamvid, which learned to read retrieved blocks encoded after the sinks alone
+    (train-tiny lays them out so), else "window" (the block's KV as the window computed it, training-free)."""
+    return "sinks" if (Path(model) / TRAINED_MARKER).is_file() else "window"
+
+
 def default_index_layer(config: dict, model: str) -> int:
     """Layer 0 for a checkpoint trained by streamvid (its folder has training.json), else the middle layer."""
     if (Path(model) / TRAINED_MARKER).is_file():

@@ -169,6 +169,9 @@ def _write_window(sinks: Block, blocks: tuple[Block, ...], path: Path) -> None:
             tensors[f"b{j}.v{i}"] = v.detach().cpu().contiguous()
         if b.vector is not None:
             tensors[f"b{j}.vector"] = torch.from_numpy(b.vector.copy())
+        for i, (k, v) in enumerate(zip(*(b.memory_kv or ((), ())), strict=True)):  # what memory will store
+            tensors[f"b{j}.mk{i}"] = k.detach().cpu().contiguous()
+            tensors[f"b{j}.mv{i}"] = v.detach().cpu().contiguous()
         entries.append({"id": b.id, "t_start_s": b.t_start_s, "t_end_s": b.t_end_s, "pos_start": b.pos_start,
                         "pos_span": b.pos_span, "layers": len(b.keys)})
     save_file(tensors, str(path), metadata={"blocks": json.dumps(entries)})
@@ -258,8 +261,13 @@ def _read_window(path: Path) -> list[Block]:
             keys = tuple(f.get_tensor(f"b{j}.k{i}") for i in range(n))
             values = tuple(f.get_tensor(f"b{j}.v{i}") for i in range(n))
             vector = f.get_tensor(f"b{j}.vector").numpy() if f"b{j}.vector" in names else None
+            alone = None
+            if f"b{j}.mk0" in names:
+                alone = (tuple(f.get_tensor(f"b{j}.mk{i}") for i in range(n)),
+                         tuple(f.get_tensor(f"b{j}.mv{i}") for i in range(n)))
             blocks.append(Block(id=e["id"], t_start_s=e["t_start_s"], t_end_s=e["t_end_s"], keys=keys,
-                                values=values, pos_start=e["pos_start"], pos_span=e["pos_span"], vector=vector))
+                                values=values, pos_start=e["pos_start"], pos_span=e["pos_span"], vector=vector,
+                                memory_kv=alone))
     return blocks
 
 

@@ -175,3 +175,27 @@ def test_questions_do_not_change_the_chunking_and_answers_end_on_the_latest_fram
         for layer in range(len(expected.values)):
             torch.testing.assert_close(context.keys[layer][:, :, -n:], expected.keys[layer])
             torch.testing.assert_close(context.values[layer][:, :, -n:], expected.values[layer])
+
+
+@pytest.mark.parametrize("encoding", ["sinks", "window"])
+def test_memory_keeps_each_block_as_encoded_after_the_sinks_alone(adapter, encoding):
+    """memory_encoding "sinks": a block in long-term memory holds the chunk's KV as a forward of the sinks and
+    that chunk alone gives it (what train-tiny lays retrieved blocks out as), not the KV it had on the window,
+    where it also attended to the blocks before it; "window" keeps the window's."""
+    from streamvid.kv_window import Block
+    from streamvid.positions import concat
+
+    cfg = EngineConfig(model="unused", fps=2.0, window_tokens=40, memory_top_k=2, memory_kv="float",
+                       memory_encoding=encoding)
+    sa = StreamingAssistant(cfg, adapter=adapter)
+    _fill(sa, 6)
+    stored = sa.memory.load(2)  # the third chunk: encoded on a window that held the first two
+    sinks = adapter.encode_text(adapter.sink_text, None)
+    sink = Block(-1, 0.0, 0.0, sinks.keys, sinks.values, 0, sinks.pos_span)
+    alone = adapter.encode_chunk([_frame(4).image, _frame(5).image], concat([sink], sinks.pos_span), 1.0)
+    gaps = [float((a - s).abs().max()) for a, s in zip(alone.values, stored.values)]
+    assert gaps[0] < 1e-5  # layer 0's values are the chunk's own embeddings, projected: the same either way
+    if encoding == "sinks":
+        assert max(gaps) < 1e-4
+    else:
+        assert max(gaps[1:]) > 1e-3
