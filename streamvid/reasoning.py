@@ -317,10 +317,12 @@ class ReasoningWorker:
                snap: WindowSnapshot | None = None) -> Output:
         snap = snap or self.window.snapshot()
         retrieved, at_times = self.retrieve(q, snap)
-        # a question about an older moment ("what was on screen at 03:12?") is answered from that moment alone
-        window = [] if at_times and retrieved else snap.blocks
+        # a question about an older moment ("what was on screen at 03:12?") is answered from that moment alone,
+        # without the dialogue about other moments (as train-tiny trains it)
+        moment = at_times and retrieved
+        window = [] if moment else snap.blocks
         context = layout(snap.sinks, retrieved, window, self.adapter.positions)
-        prompt = self.adapter.prompt(q.text, list(self.dialogue))
+        prompt = self.adapter.prompt(q.text, [] if moment else list(self.dialogue))
         t0 = q.asked_s  # TTFT counts from the question's arrival: waiting in the queue, retrieval and layout too
         ttft = None
         pieces: list[str] = []

@@ -19,12 +19,14 @@ class SpyAdapter:
     def __init__(self, real):
         self._real = real
         self.contexts = []
+        self.prompts = []
 
     def __getattr__(self, name):
         return getattr(self._real, name)
 
     def generate(self, context, prompt, max_new_tokens, stop=None):
         self.contexts.append(context)
+        self.prompts.append(prompt)
         return self._real.generate(context, prompt, max_new_tokens, stop)
 
 
@@ -102,6 +104,10 @@ def test_question_naming_a_time_is_answered_from_that_moment(adapter):
     assert all(_contains(spy.contexts[-1], b) for b in blocks)
     answer = sa.reasoning.answer(Question("q", "And 10 seconds ago?", 12.0))
     assert answer.data["retrieved_blocks"] == [1, 2]
+    # the dialogue about other moments stays out of a moment's prompt, and in the prompt of a question about now
+    assert spy.prompts[-1] == adapter.prompt("And 10 seconds ago?")
+    sa.reasoning.answer(Question("q", "How many shapes are there?", 12.0))
+    assert "And 10 seconds ago?" in spy.prompts[-1] and "00:02" in spy.prompts[-1]
 
 
 def test_answering_leaves_the_window_unchanged(adapter):
