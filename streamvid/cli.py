@@ -35,6 +35,7 @@ import traceback
 from pathlib import Path
 
 from streamvid.budget import MEMORY_KINDS
+from streamvid.retrieval import MEMORY_ENCODINGS
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
@@ -63,7 +64,7 @@ def _engine_args(parser: argparse.ArgumentParser, d) -> None:
     parser.add_argument("--memory-disk-mb", type=float, default=d.memory_disk_mb, help="long-term memory on disk")
     parser.add_argument("--memory-kv", default=d.memory_kv, choices=MEMORY_KINDS,
                         help="how long-term KV blocks are stored (int8: 1 byte per element, int4: 0.56)")
-    parser.add_argument("--memory-encoding", default=None, choices=("window", "sinks"),
+    parser.add_argument("--memory-encoding", default=None, choices=MEMORY_ENCODINGS,
                         help="what memory keeps of a block: its KV from the window, or the chunk encoded again after "
                              "the sinks alone (default: sinks for a streamvid-trained model, else window)")
     parser.add_argument("--memory-keep", type=float, default=d.memory_keep,

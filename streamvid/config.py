@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from streamvid.budget import MEMORY_KINDS
+from streamvid.retrieval import MEMORY_ENCODINGS
 from streamvid.embedders import check_spec as check_embedder
 from streamvid.proactive import Thresholds
 
@@ -79,8 +80,9 @@ class EngineConfig:
         if self.window_tokens is not None and self.window_mb is not None:
             raise ValueError(f"set the window in tokens or in MB, not both: got window_tokens={self.window_tokens}, "
                              f"window_mb={self.window_mb}")
-        if self.memory_encoding not in (None, "window", "sinks"):
-            raise ValueError(f"memory_encoding must be window or sinks, got {self.memory_encoding!r}")
+        if self.memory_encoding is not None and self.memory_encoding not in MEMORY_ENCODINGS:
+            raise ValueError(f"memory_encoding must be one of {', '.join(MEMORY_ENCODINGS)}, "
+                             f"got {self.memory_encoding!r}")
         if self.memory_kv not in MEMORY_KINDS:
             raise ValueError(f"memory_kv must be one of {', '.join(MEMORY_KINDS)}, got {self.memory_kv!r}")
         if not 0 < self.memory_keep <= 1:

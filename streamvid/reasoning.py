@@ -231,9 +231,9 @@ class ReasoningWorker:
         r = self._round
         if r.todo:
             start = r.since(r.todo[0])  # a batch shares one context: triggers that look from the same block
-            same = [tr for tr in r.todo if r.since(tr) == start]
-            batch = same[:self.config.probe_batch]
-            r.todo = [tr for tr in r.todo if all(tr is not b for b in batch)]
+            batch = [tr for tr in r.todo if r.since(tr) == start][:self.config.probe_batch]
+            chosen = {id(tr) for tr in batch}
+            r.todo = [tr for tr in r.todo if id(tr) not in chosen]
             scores = self.adapter.probe_many(r.probe_context(start, self.adapter.positions),
                                              [tr.probe.question for tr in batch])
             self.probe_forwards += 1

@@ -24,6 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 
 TRAINED_MARKER = "training.json"  # written by `streamvid train-tiny` next to the weights
+MEMORY_ENCODINGS = ("window", "sinks")  # what long-term memory keeps of a block (EngineConfig.memory_encoding)
 
 
 def default_memory_encoding(model: str) -> str:
