@@ -49,7 +49,7 @@ def load_episodes(path: str | Path) -> list[dict]:
             raise ValueError(f"{path}:{n}: events must be a list, got {type(ep['events']).__name__}")
         for e in ep["events"]:
             if not isinstance(e, dict):
-                raise ValueError(f"{path}:{n}: an event must be an object, got {str(e)[:80]}")
+                raise ValueError(f"{path}:{n}: an event must be an object, got {json.dumps(e)[:80]}")
             for key in ("id", "ref", "text"):
                 if key in e and not isinstance(e[key], str):
                     raise ValueError(f"{path}:{n}: event {key} must be a string, got {str(e[key])[:80]}")
