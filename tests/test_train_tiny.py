@@ -10,10 +10,11 @@ import pytest
 import torch
 
 from streamvid.adapters.qwen2_5_vl import QwenVLAdapter
-from streamvid.training.train_tiny import CELL_PX, TrainConfig, _Data, train
+from streamvid.training import train_tiny
+from streamvid.training.train_tiny import CELL_PX, N_EVAL_TIMELINES, TrainConfig, _Data, train
 from streamvid.cli import build_parser
 from streamvid.reasoning import stream_times
-from streamvid.synth.world import COLOURS
+from streamvid.synth.world import COLOURS, generate
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +130,7 @@ def test_listed_objects_look_at_their_cells(tmp_path_factory):
     assert listed >= 10
 
 
-def test_train_saves_a_checkpoint_the_engine_loads(tmp_path):
+def test_train_saves_a_checkpoint_the_engine_loads(tmp_path, monkeypatch):
     record = train(TrainConfig(out_dir=tmp_path / "m", steps=3, batch=2, n_timelines=1, minutes=0.5, log_every=1,
                                eval_samples=4, vision_warmup_steps=2, warmup_scenes=4))
     assert record["steps_done"] == 3
@@ -156,10 +157,14 @@ def test_train_saves_a_checkpoint_the_engine_loads(tmp_path):
     assert visual and all(torch.equal(before[k], after[k]) for k in visual)
     assert any(not torch.equal(before[k], after[k]) for k in before if "language_model.layers" in k)
 
-    # ... and the tower refined alone (no main steps): the tower moves, the language model stays as it was
-    refined = train(TrainConfig(out_dir=tmp_path / "r", steps=0, n_timelines=1, minutes=0.5, log_every=1,
+    # ... and the tower refined alone (no main steps): the tower moves, the language model stays as it was, and only
+    # the held-out timelines of its vision check are built
+    built = []
+    monkeypatch.setattr(train_tiny, "generate", lambda seed, *a, **k: built.append(seed) or generate(seed, *a, **k))
+    refined = train(TrainConfig(out_dir=tmp_path / "r", steps=0, n_timelines=3, minutes=0.5, log_every=1,
                                 eval_samples=4, init_from=tmp_path / "m", seed=2, vision_refine_steps=3,
                                 warmup_scenes=4))
+    assert built == [2 * 100_000 + 50_000 + i for i in range(N_EVAL_TIMELINES)]  # the held-out seeds of seed 2
     steps = [h for h in refined["history"] if "vision_refine_step" in h]
     assert [h["vision_refine_step"] for h in steps] == [0, 1, 2] and all(h["anchor"] >= 0 for h in steps)
     assert refined["steps_done"] == 0 and not [h for h in refined["history"] if "step" in h]

@@ -41,7 +41,8 @@ token shows at most one object. Training runs in two stages.
 `init_from` fine-tunes an earlier checkpoint instead: no warm-up, its word embeddings as they are, and its tower
 as it is unless `vision_refine_steps` > 0. Then the tower first learns on for that many steps with the warm-up's
 dense targets on fresh grid scenes, half of them showing the shapes a small tower confuses (`CONFUSABLE`), while
-an anchor keeps its tokens where the language model learnt to read them (`_vision_refine`).
+an anchor keeps its tokens where the language model learnt to read them (`_vision_refine`). With `steps` 0 it is
+the only stage, and only the held-out timelines of the vision check are built.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ import math
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -222,7 +223,6 @@ class _Data:
             tl = self.timelines[ti]
             # the engine's chunks start at frame 0: chunk c holds frames c*fpc .. c*fpc+fpc-1
             k_now = fpc * int(rng.integers(window_blocks + 2, tl.n_frames // fpc)) - 1
-            t_now = k_now / cfg.fps
             family = self.families[rng.choice(len(self.families), p=self.family_p)]
             qa = self._qa(tl, family, k_now, rng, window_blocks * chunk_s)
             if qa is None:
@@ -433,10 +433,11 @@ def train(cfg: TrainConfig) -> dict:
     adapter = QwenVLAdapter(str(out))
     model = adapter.model
     model.train()
-    data = _Data(cfg, rng)
+    steps = 6000 if cfg.steps is None else cfg.steps
+    # a fine-tune without main steps (the tower refined alone) reads only the held-out timelines (its vision check)
+    data = _Data(replace(cfg, n_timelines=0) if steps == 0 and cfg.init_from is not None else cfg, rng)
     batcher = _Batcher(adapter, data)
     eval_set = data.eval_set(cfg.eval_samples)
-    steps = 6000 if cfg.steps is None else cfg.steps
     model.set_attn_implementation("eager")  # the attention loss reads the attention weights
     captured: list[torch.Tensor] = []
     hook = model.model.language_model.layers[0].self_attn.k_proj.register_forward_hook(
