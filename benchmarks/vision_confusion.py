@@ -19,7 +19,7 @@ import torch
 from streamvid.adapters.qwen2_5_vl import QwenVLAdapter
 from streamvid.config import BUNDLED_MODEL
 from streamvid.synth.world import SHAPES
-from streamvid.training.train_tiny import _classes, _Readout, _scene
+from streamvid.training.train_tiny import _classes, _Readout, scene_batch
 
 
 def main() -> None:
@@ -37,13 +37,11 @@ def main() -> None:
     opt = torch.optim.AdamW(readout.parameters(), lr=3e-3)
 
     def scenes(n: int):
-        frames, cells, counts = zip(*[_scene(rng, px) for _ in range(n)])
-        video = processor(videos=[np.stack([f, f]) for f in frames], return_tensors="pt", do_sample_frames=False,
-                          cap_pixels_per_frame=True)
+        video, cells, counts = scene_batch(processor, rng, n, px, 2)
         with torch.no_grad():
             tokens = model.model.get_video_features(video["pixel_values_videos"], video["video_grid_thw"],
                                                     return_dict=True).pooler_output
-        return torch.cat(list(tokens)), list(cells), list(counts)
+        return torch.cat(list(tokens)), cells, counts
 
     for _ in range(args.steps):
         tokens, cells, counts = scenes(32)

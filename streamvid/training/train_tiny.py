@@ -173,8 +173,7 @@ class _Data:
             chunks = [frames[c * fpc:(c + 1) * fpc] for c in range(len(frames) // fpc)]
             out = []
             for i in range(0, len(chunks), batch):
-                video = processor(videos=chunks[i:i + batch], return_tensors="pt", do_sample_frames=False,
-                                  cap_pixels_per_frame=True)
+                video = _video_inputs(processor, chunks[i:i + batch])
                 features = model.model.get_video_features(video["pixel_values_videos"], video["video_grid_thw"],
                                                           return_dict=True).pooler_output
                 out += list(features)
@@ -560,21 +559,19 @@ def _vision_warmup(model, processor, cfg: TrainConfig, rng: np.random.Generator,
     fpc = cfg.frames_per_chunk
     for step in range(cfg.vision_warmup_steps):
         if step % 2 == 0:
-            frames, attributes, counts = zip(*[_scene(rng, cfg.frame_px) for _ in range(cfg.warmup_scenes)])
-            videos = [np.stack([f, f]) for f in frames]
+            video, attributes, counts = scene_batch(processor, rng, cfg.warmup_scenes, cfg.frame_px, fpc)
         else:
             chunks = []
             for _ in range(cfg.warmup_scenes):
                 ti = int(rng.choice(data.train_ids))
                 c = int(rng.integers(data.timelines[ti].n_frames // fpc))
                 chunks.append((ti, data.chunk_frames(c)))
-            videos = [np.stack([data.frame(ti, k) for k in ks]) for ti, ks in chunks]
+            video = _video_inputs(processor, [np.stack([data.frame(ti, k) for k in ks]) for ti, ks in chunks])
             attributes = [data.cell_attributes(ti, ks) for ti, ks in chunks]
             counts = [min(len(data.timelines[ti].objects_at(ks[-1] / cfg.fps)), 3) for ti, ks in chunks]
-        video = processor(videos=videos, return_tensors="pt", do_sample_frames=False, cap_pixels_per_frame=True)
         tokens = model.model.get_video_features(video["pixel_values_videos"], video["video_grid_thw"],
                                                 return_dict=True).pooler_output  # what the engine feeds the decoder
-        loss = readout.loss(torch.cat(list(tokens)), list(attributes), list(counts))
+        loss = readout.loss(torch.cat(list(tokens)), attributes, counts)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -597,11 +594,7 @@ def _vision_refine(model, processor, cfg: TrainConfig, rng: np.random.Generator,
     frozen = copy.deepcopy(model.model.visual).eval().requires_grad_(False)
 
     def scenes() -> tuple[dict, list[np.ndarray], list[int]]:
-        frames, cells, counts = zip(*[_scene(rng, cfg.frame_px, cfg.confusable_frac)
-                                      for _ in range(cfg.warmup_scenes)])
-        video = processor(videos=[np.stack([f] * cfg.frames_per_chunk) for f in frames], return_tensors="pt",
-                          do_sample_frames=False, cap_pixels_per_frame=True)
-        return video, list(cells), list(counts)
+        return scene_batch(processor, rng, cfg.warmup_scenes, cfg.frame_px, cfg.frames_per_chunk, cfg.confusable_frac)
 
     def tokens(tower, video) -> torch.Tensor:
         return tower(video["pixel_values_videos"], grid_thw=video["video_grid_thw"], return_dict=True).pooler_output
@@ -704,6 +697,19 @@ def _scene(rng: np.random.Generator, px: int, confusable_frac: float = 0.0) -> t
         labels[cell, ci] = labels[cell, len(COLOURS) + si] = True
     background = BACKGROUNDS[int(rng.integers(len(BACKGROUNDS)))]
     return draw(objects, background, rng, px), labels, n
+
+
+def scene_batch(processor, rng: np.random.Generator, n: int, px: int, frames_per_chunk: int,
+                confusable_frac: float = 0.0) -> tuple[dict, list[np.ndarray], list[int]]:
+    """n random grid scenes (`_scene`), each held still for one chunk of `frames_per_chunk` frames: the processor's
+    inputs for them, their cell labels and their object counts."""
+    frames, cells, counts = zip(*[_scene(rng, px, confusable_frac) for _ in range(n)])
+    return _video_inputs(processor, [np.stack([f] * frames_per_chunk) for f in frames]), list(cells), list(counts)
+
+
+def _video_inputs(processor, videos: list[np.ndarray]) -> dict:
+    """The video processor's inputs for (frames, H, W, 3) chunks, called as the engine's adapter calls it."""
+    return processor(videos=videos, return_tensors="pt", do_sample_frames=False, cap_pixels_per_frame=True)
 
 
 @torch.no_grad()
