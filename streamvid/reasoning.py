@@ -134,9 +134,9 @@ class _Round:
     t_s: float  # stream time of its last frame: when the decision is made
     scene: np.ndarray  # (n_tokens, kv_heads * head_dim) the block's token features (see scene_features)
     snap: WindowSnapshot | None = None
-    context: Context | None = None  # sinks + window snapshot: narration's context, and that of older triggers
     todo: list[Trigger] = field(default_factory=list)
     narrate: bool = False
+    _last: tuple[int, Context] | None = None  # the last context laid out (one window copy at a time), by start
 
     def since(self, trigger: Trigger) -> int:
         """Index of the first window block a trigger's probe looks at: the first that ends after the trigger was
@@ -146,10 +146,12 @@ class _Round:
         blocks = self.snap.blocks
         return next((i for i, b in enumerate(blocks) if b.t_end_s > trigger.created_t_s + 1e-6), len(blocks) - 1)
 
-    def probe_context(self, start: int, positions) -> Context:
-        if start == 0:
-            return self.context
-        return layout(self.snap.sinks, (), self.snap.blocks[start:], positions)
+    def context(self, start: int, positions) -> Context:
+        """Sinks + the snapshot's window blocks from index `start` on (0: the whole window, narration's context and
+        that of triggers older than the window)."""
+        if self._last is None or self._last[0] != start:
+            self._last = (start, layout(self.snap.sinks, (), self.snap.blocks[start:], positions))
+        return self._last[1]
 
 
 class ReasoningWorker:
@@ -234,7 +236,7 @@ class ReasoningWorker:
             batch = [tr for tr in r.todo if r.since(tr) == start][:self.config.probe_batch]
             chosen = {id(tr) for tr in batch}
             r.todo = [tr for tr in r.todo if id(tr) not in chosen]
-            scores = self.adapter.probe_many(r.probe_context(start, self.adapter.positions),
+            scores = self.adapter.probe_many(r.context(start, self.adapter.positions),
                                              [tr.probe.question for tr in batch])
             self.probe_forwards += 1
             self.probes_run += len(batch)
@@ -275,7 +277,6 @@ class ReasoningWorker:
         if not r.todo and not r.narrate:
             return None
         r.snap = snap
-        r.context = layout(snap.sinks, (), snap.blocks, self.adapter.positions)
         return r
 
     def _update(self, tr: Trigger, score: float, r: _Round, emit: Callable[[Output], None]) -> None:
@@ -300,7 +301,8 @@ class ReasoningWorker:
         pieces = []
         t = int(r.t_s)
         prompt = self.adapter.prompt(self.config.narrate_prompt.replace("{mmss}", f"{t // 60:02d}:{t % 60:02d}"))
-        for piece in self.adapter.generate(r.context, prompt, self.config.max_new_tokens, self.stop):
+        for piece in self.adapter.generate(r.context(0, self.adapter.positions), prompt, self.config.max_new_tokens,
+                                            self.stop):
             if not self.questions.empty():
                 return  # a question came in: it goes first; this look is not counted and is due again
             pieces.append(piece)
