@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from streamvid.assets import DEMO_VIDEOS
 from streamvid.adapters.base import load_adapter
 from streamvid.assistant import StreamingAssistant
 from streamvid.budget import KVShape, budgets
@@ -113,6 +114,6 @@ if __name__ == "__main__":
     ap.add_argument("--choices", nargs="+", default=[f"{k}:{p:g}" for k, p in CHOICES],
                     help="memory_kv:memory_keep pairs (float:1 is always run first, as the reference)")
     args = ap.parse_args()
-    root = BUNDLED_MODEL.parent.parent / "demo_videos"
+    root = DEMO_VIDEOS
     chosen = [(c.split(":")[0], float(c.split(":")[1])) for c in args.choices]
     main(args.clips or [root / "shapes_7", root / "shapes_8", root / "shapes_9"], chosen)

@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from streamvid.app.inputs import DEMO_VIDEOS
+from streamvid.assets import DEMO_VIDEOS
 from streamvid.assistant import StreamingAssistant
 from streamvid.config import BUNDLED_MODEL, EngineConfig
 from streamvid.sources import FileSource, PushSource
@@ -78,9 +78,9 @@ def http_round_trip(cfg: EngineConfig, images: list) -> dict:
     from gradio_client import Client, handle_file
     from PIL import Image
 
-    from streamvid.app.inputs import InputPolicy
-    from streamvid.app.sessions import SessionManager
-    from streamvid.app.ui import build_demo, launch, upload_folder
+    from streamvid_app.inputs import InputPolicy
+    from streamvid_app.sessions import SessionManager
+    from streamvid_app.ui import build_demo, launch, upload_folder
 
     manager = SessionManager(cfg, InputPolicy.default([upload_folder()]))
     demo = launch(build_demo(manager), port=None, block=False)

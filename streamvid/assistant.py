@@ -242,6 +242,21 @@ class StreamingAssistant:
         return max(ends)
 
     @property
+    def latest_t_s(self) -> float:
+        """Stream time of the newest frame taken in (where this run started, before its first frame)."""
+        return self.ingest.latest_t_s
+
+    @property
+    def ended(self) -> bool:
+        """The input has ended, failed or been stopped: no more frames are taken in."""
+        return self.ingest_done.is_set()
+
+    def ingest_stats(self) -> dict:
+        """Frames in and dropped, blocks encoded, source outages: the ingest part of `stats()`, cheap enough to
+        report with every pushed frame."""
+        return self.ingest.stats()
+
+    @property
     def stream_offset_s(self) -> float:
         """Session time at which this run's input started: 0 for a fresh session."""
         return self.ingest.t_offset_s

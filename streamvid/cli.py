@@ -32,6 +32,7 @@ import sys
 import threading
 import time
 import traceback
+from importlib.metadata import entry_points
 from pathlib import Path
 
 from streamvid.budget import MEMORY_KINDS
@@ -42,14 +43,14 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 log = logging.getLogger("streamvid.cli")
 
 
-def _hub_for(*models: str | None) -> None:
+def offline_if_local(*models: str | None) -> None:
     """Offline (HF_HUB_OFFLINE=1) when every model is a local directory, like the bundled one; a hub id keeps
     the hub reachable for a user with network. Called before transformers is imported."""
     if all(m is None or Path(m).is_dir() for m in models):
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def _engine_args(parser: argparse.ArgumentParser, d) -> None:
+def add_engine_args(parser: argparse.ArgumentParser, d) -> None:
     """Model placement and budgets, shared by run, demo and score."""
     parser.add_argument("--device", default="auto", help="auto (CUDA when there is a GPU), cpu, cuda, cuda:N")
     parser.add_argument("--dtype", default=d.dtype, choices=("auto", "bfloat16", "float16", "float32"),
@@ -79,7 +80,7 @@ def _engine_args(parser: argparse.ArgumentParser, d) -> None:
                              "text features (clip:HF_ID or clip:DIR)")
 
 
-def _embedder_model(args: argparse.Namespace) -> str | None:
+def embedder_checkpoint(args: argparse.Namespace) -> str | None:
     """The checkpoint `--embedder clip:ID` loads (None for the model's own vectors); a malformed value is the
     one-line ValueError of embedders.check_spec."""
     from streamvid.embedders import embedder_model
@@ -87,7 +88,7 @@ def _embedder_model(args: argparse.Namespace) -> str | None:
     return embedder_model(args.embedder)
 
 
-def _engine_config(args: argparse.Namespace, **fields):
+def engine_config(args: argparse.Namespace, **fields):
     from streamvid.config import EngineConfig
 
     return EngineConfig(model=args.model, device=args.device, dtype=args.dtype, device_map=args.device_map,
@@ -145,6 +146,15 @@ def _watch(spec: str) -> tuple[float, str]:
         raise argparse.ArgumentTypeError(f"expected T:CONDITION with T in seconds >= 0, got {spec[:80]!r}") from None
 
 
+def _video(spec: str) -> str:
+    """A bundled demo clip's name ("shapes_7") stands for its file, unless a file of that name is here."""
+    from streamvid import assets
+
+    if not Path(spec).exists() and spec in assets.demo_clips():
+        return str(assets.demo_clip(spec))
+    return spec
+
+
 def _positive(text: str) -> float:
     try:
         value = float(text)
@@ -160,10 +170,10 @@ def _print(obj: dict) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    _hub_for(args.model, _embedder_model(args))
-    cfg = _engine_config(args, memory_top_k=args.memory_top_k, max_new_tokens=args.max_new_tokens,
+    offline_if_local(args.model, embedder_checkpoint(args))
+    cfg = engine_config(args, memory_top_k=args.memory_top_k, max_new_tokens=args.max_new_tokens,
                          frame_px=args.frame_px, narrate=args.narrate)
-    _check_model(cfg.model)
+    check_model(cfg.model)
     asks = sorted(args.ask, key=lambda a: a[0])
     watches = sorted(args.watch, key=lambda a: a[0])
     t0 = time.perf_counter()
@@ -233,14 +243,14 @@ def _run_live(sa, source, asks: list[tuple[float, str]], watches: list[tuple[flo
     pending = [(off + t, text) for t, text in asks]
     pending_watches = [(off + t, text) for t, text in watches]
     open_ids: set[str] = set()
-    while pending or pending_watches or open_ids or not sa.ingest_done.is_set():
-        while pending_watches and (sa.ingest.latest_t_s >= pending_watches[0][0] or sa.ingest_done.is_set()):
+    while pending or pending_watches or open_ids or not sa.ended:
+        while pending_watches and (sa.latest_t_s >= pending_watches[0][0] or sa.ended):
             sa.watch(pending_watches.pop(0)[1])
         # ask once the stream reaches T (or has ended), as fast as the bounded question queue takes them
-        while pending and (sa.ingest.latest_t_s >= pending[0][0] or sa.ingest_done.is_set()) \
+        while pending and (sa.latest_t_s >= pending[0][0] or sa.ended) \
                 and not sa.questions.full():
             t, text = pending.pop(0)
-            open_ids.add(sa.ask(text, t_s=min(t, sa.ingest.latest_t_s)))
+            open_ids.add(sa.ask(text, t_s=min(t, sa.latest_t_s)))
         for out in sa.outputs(timeout_s=0.2):
             if out.kind == "answer":
                 open_ids.discard(out.id)
@@ -249,7 +259,7 @@ def _run_live(sa, source, asks: list[tuple[float, str]], watches: list[tuple[flo
 
 
 def cmd_score(args: argparse.Namespace) -> int:
-    _hub_for(args.model, args.judge, _embedder_model(args))
+    offline_if_local(args.model, args.judge, embedder_checkpoint(args))
     from streamvid.eval.batch import score_files
     from streamvid.eval.report import write_reports
     from streamvid.eval.score import load_all
@@ -262,9 +272,9 @@ def cmd_score(args: argparse.Namespace) -> int:
         report = write_reports(load_all(args.episodes), args.from_trace, args.out, [str(p) for p in args.episodes],
                                plots=not args.no_plots)
     else:
-        cfg = _engine_config(args, memory_top_k=args.memory_top_k, max_new_tokens=args.max_new_tokens,
+        cfg = engine_config(args, memory_top_k=args.memory_top_k, max_new_tokens=args.max_new_tokens,
                              frame_px=args.frame_px)
-        _check_model(cfg.model)
+        check_model(cfg.model)
         report = score_files(args.episodes, cfg, args.out, mode=args.mode, resume=args.resume,
                              plots=not args.no_plots, ray=args.ray, ray_workers=args.ray_workers,
                              judge=args.judge)
@@ -273,7 +283,7 @@ def cmd_score(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    _hub_for(None)  # the bundled model, or an architecture built from its config: nothing to download
+    offline_if_local(None)  # the bundled model, or an architecture built from its config: nothing to download
     from streamvid.bench import BenchConfig, run_bench, summary, write
 
     changes = {"arch": args.arch, "layers": args.layers, "device": args.device, "dtype": args.dtype,
@@ -332,26 +342,7 @@ def cmd_make_tiny(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    _hub_for(args.model, _embedder_model(args))
-    from streamvid.app.inputs import InputPolicy
-    from streamvid.app.sessions import SessionManager
-    from streamvid.app.ui import build_demo, check_bind, launch, upload_folder
-
-    auth = args.auth if args.auth is not None else os.environ.get("STREAMVID_AUTH") or None
-    creds = check_bind(args.host, auth)  # refused before the model is loaded
-    cfg = _engine_config(args, frame_px=args.frame_px, max_new_tokens=args.max_new_tokens, narrate=args.narrate)
-    _check_model(cfg.model)
-    policy = InputPolicy.default([upload_folder()], operator_video=args.video, max_upload_mb=args.max_upload_mb)
-    manager = SessionManager(cfg, policy, max_sessions=args.max_sessions, idle_timeout_s=args.idle_timeout_s)
-    try:
-        launch(build_demo(manager), host=args.host, port=args.port, auth=creds, max_upload_mb=args.max_upload_mb)
-    finally:
-        manager.shutdown()
-    return 0
-
-
-def _check_model(model: str) -> None:
+def check_model(model: str) -> None:
     """A missing or broken checkpoint directory is one line that says what is wrong, before anything loads."""
     from streamvid.config import BUNDLED_MODEL
 
@@ -382,7 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="watch a video file, URL or camera and answer questions (JSON lines)")
-    r.add_argument("video", help="video file, URL (rtsp/http) or cam:N")
+    r.add_argument("video", type=_video, help="video file, URL (rtsp/http), cam:N, or a demo clip's name (shapes_7)")
     r.add_argument("--model", default=str(BUNDLED_MODEL), help="HF checkpoint directory or id (default: bundled)")
     r.add_argument("--ask", action="append", type=_ask, default=[], metavar="T:QUESTION",
                    help='a question at stream time T; "T:Tell me when ..." is acknowledged at T and alerts later')
@@ -395,29 +386,12 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--memory-top-k", type=int, default=d.memory_top_k, help="0 turns retrieval off")
     r.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
     r.add_argument("--frame-px", type=int, default=None, help="resize frames to N x N first")
-    _engine_args(r, d)
+    add_engine_args(r, d)
     r.add_argument("--session", type=Path, default=None, metavar="DIR",
                    help="resume the session saved in DIR (if any) and save it there on exit")
     r.add_argument("--autosave-s", type=_positive, default=None, metavar="S",
                    help="with --session: also save every S seconds (a crash loses at most S seconds)")
     r.set_defaults(func=cmd_run)
-
-    dm = sub.add_parser("demo", help="the web assistant: webcam, demo clips, uploads, URLs; chat, alerts, API")
-    dm.add_argument("--model", default=str(BUNDLED_MODEL), help="HF checkpoint directory or id (default: bundled)")
-    dm.add_argument("--video", default=None, help="a video file, URL or cam:N to offer first (default: demo clips)")
-    dm.add_argument("--host", default="127.0.0.1", help="address to bind; other than loopback needs --auth")
-    dm.add_argument("--port", type=int, default=7860)
-    dm.add_argument("--auth", default=None, metavar="USER:PASS", help="login for the page and API "
-                    "(default: $STREAMVID_AUTH)")
-    dm.add_argument("--fps", type=float, default=d.fps)
-    dm.add_argument("--frame-px", type=int, default=112, help="frames are resized to N x N (the bundled model: 112)")
-    dm.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
-    dm.add_argument("--max-sessions", type=int, default=4, help="browser tabs / API clients served at once")
-    dm.add_argument("--idle-timeout-s", type=float, default=600.0, help="close a session idle this long")
-    dm.add_argument("--max-upload-mb", type=float, default=200.0)
-    dm.add_argument("--narrate", action="store_true", help="sessions start with narration on (a page can switch)")
-    _engine_args(dm, d)
-    dm.set_defaults(func=cmd_demo)
 
     sc = sub.add_parser("score", help="replay stream episodes through the engine and score the answers")
     sc.add_argument("episodes", type=Path, nargs="+", help="stream-episode JSONL files")
@@ -438,7 +412,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--window-tokens", type=int, default=d.window_tokens)
     sc.add_argument("--memory-top-k", type=int, default=d.memory_top_k)
     sc.add_argument("--max-new-tokens", type=int, default=16)
-    _engine_args(sc, d)
+    add_engine_args(sc, d)
     sc.set_defaults(func=cmd_score)
 
     bn = sub.add_parser("bench", help="ingest rate, TTFT against stream length, memory, re-encoding baseline")
@@ -490,6 +464,8 @@ def build_parser() -> argparse.ArgumentParser:
     mt.add_argument("--out", type=Path, required=True)
     mt.add_argument("--seed", type=int, default=0)
     mt.set_defaults(func=cmd_make_tiny)
+    for command in entry_points(group="streamvid.commands"):  # the applications' commands (demo), by name
+        command.load()(sub)
     return p
 
 

@@ -5,14 +5,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
+from streamvid.assets import BUNDLED_MODEL
 from streamvid.budget import MEMORY_KINDS
 from streamvid.retrieval import MEMORY_ENCODINGS
 from streamvid.embedders import check_spec as check_embedder
 from streamvid.proactive import Thresholds
-
-BUNDLED_MODEL = Path(__file__).resolve().parent.parent / "models" / "streamvid-tiny"
 
 
 @dataclass(frozen=True)

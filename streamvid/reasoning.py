@@ -214,7 +214,7 @@ class ReasoningWorker:
                                   created_t_s=q.t_s))
         ack = Output("answer", q.id, acknowledgement(request), {
             "question": q.text, "t_s": round(q.t_s, 3), "input_t_s": round(q.t_s - self.t_offset_s, 3),
-            "ttft_ms": None, "tokens": 0, "tokens_per_s": None,
+            "ttft_ms": round(1000 * (time.perf_counter() - q.asked_s), 1), "tokens": 0, "tokens_per_s": None,
             "evidence_t_s": [], "retrieved_blocks": [], "trigger_id": q.id})
         self.answered += 1
         if emit is not None:
@@ -335,6 +335,8 @@ class ReasoningWorker:
             if emit is not None and piece:
                 emit(Output("token", q.id, piece))
         elapsed = time.perf_counter() - t0
+        if ttft is None:  # the first token the model produced ended the answer: it came with the last forward
+            ttft = elapsed
         text = "".join(pieces).strip()
         if self.config.dialogue_turns:  # (a deque with maxlen None would keep everything)
             self.dialogue.append((q.text, text))
@@ -346,7 +348,7 @@ class ReasoningWorker:
             "question": q.text,
             "t_s": round(q.t_s, 3),
             "input_t_s": round(q.t_s - self.t_offset_s, 3),
-            "ttft_ms": round(1000 * ttft, 1) if ttft is not None else None,
+            "ttft_ms": round(1000 * ttft, 1),
             "tokens": len(pieces),
             "tokens_per_s": round((len(pieces) - 1) / decode_s, 1) if len(pieces) > 1 and decode_s > 0 else None,
             "evidence_t_s": [[round(a, 2), round(b, 2)] for a, b in spans],

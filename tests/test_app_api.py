@@ -14,9 +14,10 @@ from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError, AuthenticationError
 from PIL import Image
 
-from streamvid.app.inputs import DEMO_VIDEOS, InputPolicy
-from streamvid.app.sessions import SessionManager, triggers_available
-from streamvid.app.ui import build_demo, check_bind, launch, upload_folder
+from streamvid.assets import DEMO_VIDEOS
+from streamvid_app.inputs import InputPolicy
+from streamvid_app.sessions import SessionManager, triggers_available
+from streamvid_app.ui import build_demo, check_bind, launch, upload_folder
 from streamvid.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
 from streamvid.sources import FileSource
@@ -234,3 +235,23 @@ def test_binding_beyond_loopback_needs_auth():
                        capture_output=True, text=True, timeout=120, env={k: v for k, v in os.environ.items() if k != "STREAMVID_AUTH"})
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.strip().count("\n") == 0 and "refusing to listen on 0.0.0.0 without --auth" in p.stderr
+
+
+def test_every_endpoint_answers_with_only_its_required_arguments(server, tmp_path):
+    """What the docs call optional is optional for gradio_client: /start(source), /push_frame(image), ..."""
+    url, _ = server
+    client = Client(url, verbose=False)
+    frame = tmp_path / "frame.png"
+    Image.new("RGB", (112, 112), (200, 30, 30)).save(frame)
+    assert client.predict("push", api_name="/start")["source"] == "pushed frames"
+    pushed = client.predict(handle_file(str(frame)), api_name="/push_frame")
+    assert pushed["type"] == "status" and pushed["event"] == "frame", pushed
+    trigger_id = client.predict("a red square", api_name="/watch")["trigger_id"]
+    assert client.predict(trigger_id, api_name="/unwatch")["event"] == "unwatched"
+    assert set(client.predict(0, api_name="/poll")) == {"cursor", "outputs"}
+    assert client.predict(api_name="/status")["source"] == "pushed frames"
+    assert client.predict(api_name="/stop")["type"] == "stats"
+    required = {name: [p["parameter_name"] for p in info["parameters"] if not p["parameter_has_default"]]
+                for name, info in client.view_api(print_info=False, return_format="dict")["named_endpoints"].items()}
+    assert required["/start"] == ["source"] and required["/push_frame"] == ["image"], required
+    assert required["/watch"] == ["condition"], required

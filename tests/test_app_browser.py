@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streamvid.app.inputs import DEMO_VIDEOS, InputPolicy
-from streamvid.app.sessions import SessionManager
+from streamvid.assets import DEMO_VIDEOS
+from streamvid_app.inputs import InputPolicy
+from streamvid_app.sessions import SessionManager
 from streamvid.config import EngineConfig
 from streamvid.sources import FileSource
 
@@ -79,7 +80,7 @@ def write_y4m(path: Path, clip: Path, seconds: float, scale: int = 4) -> Path:
 
 @pytest.fixture
 def served():
-    from streamvid.app.ui import build_demo, launch, upload_folder
+    from streamvid_app.ui import build_demo, launch, upload_folder
 
     manager = SessionManager(EngineConfig(frame_px=112, max_new_tokens=12), InputPolicy.default([upload_folder()]))
     demo = launch(build_demo(manager), port=None, block=False)

@@ -9,8 +9,8 @@ import av
 import numpy as np
 import pytest
 
-from streamvid.app.inputs import InputPolicy, InputRefused
-from streamvid.app.sessions import Session, SessionError, SessionLimitError, SessionManager, clock
+from streamvid_app.inputs import InputPolicy, InputRefused
+from streamvid_app.sessions import Session, SessionError, SessionLimitError, SessionManager, clock
 from streamvid.config import EngineConfig
 
 

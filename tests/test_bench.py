@@ -8,7 +8,8 @@ import sys
 
 
 def test_bench_json_has_the_documented_shape(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "streamvid.cli", "bench", "--json", "--minutes", "0.2", "0.5",
+    """The `--quick` path a user runs, end to end, with shorter streams."""
+    p = subprocess.run([sys.executable, "-m", "streamvid.cli", "bench", "--quick", "--json", "--minutes", "0.2", "0.5",
                         "--interference-s", "3", "--repeats", "1", "--questions", "2", "--out", str(tmp_path)],
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
+from streamvid.assets import DEMO_VIDEOS
 from streamvid.config import BUNDLED_MODEL, EngineConfig
 from streamvid.eval.score import load_episodes
 
-DEMO = BUNDLED_MODEL.parent.parent / "demo_videos" / "shapes_7"
+DEMO = DEMO_VIDEOS / "shapes_7"
 
 
 def test_reloads_offline_with_from_pretrained(monkeypatch):

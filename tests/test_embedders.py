@@ -16,7 +16,7 @@ from test_reasoning import SpyAdapter, _contains, _fill, _frame
 
 from streamvid.adapters.base import Encoded
 from streamvid.assistant import StreamingAssistant
-from streamvid.cli import _engine_config, build_parser, main
+from streamvid.cli import build_parser, engine_config, main
 from streamvid.config import EngineConfig
 from streamvid.embedders import FORMS, ModelEmbedder, distinct_rows, embedder_name, make_embedder
 from streamvid.positions import concat
@@ -296,8 +296,8 @@ def test_bad_embedder_flag_is_one_line_naming_the_allowed_forms(capsys, value):
 @pytest.mark.parametrize("argv", [["run", "v.mp4"], ["demo"], ["score", "e.jsonl"]])
 def test_embedder_flag_reaches_the_engine_config(argv):
     args = build_parser().parse_args([*argv, "--embedder", "clip:openai/clip-vit-base-patch32"])
-    assert _engine_config(args).embedder == "clip:openai/clip-vit-base-patch32"
-    assert _engine_config(build_parser().parse_args(argv)).embedder == "model"
+    assert engine_config(args).embedder == "clip:openai/clip-vit-base-patch32"
+    assert engine_config(build_parser().parse_args(argv)).embedder == "model"
 
 
 def test_embedder_names():

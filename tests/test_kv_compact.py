@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from streamvid.assets import DEMO_VIDEOS
 from streamvid.config import BUNDLED_MODEL, EngineConfig
 from streamvid.budget import INT4_GROUP
 from streamvid.kv_compact import (
@@ -26,7 +27,7 @@ from streamvid.kv_compact import (
 from streamvid.kv_window import Block
 from streamvid.memory import LongTermMemory, StoredBlock, _read_block, _write_block
 
-DEMO = BUNDLED_MODEL.parent.parent / "demo_videos" / "shapes_7"
+DEMO = DEMO_VIDEOS / "shapes_7"
 
 
 def kv_block(i: int = 0, n: int = 40, dtype=torch.float32, layers: int = 3) -> Block:

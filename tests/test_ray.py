@@ -1,18 +1,17 @@
 """`streamvid score --ray`: episodes as Ray tasks on a local 2-worker CPU cluster give the local run's report.
 
-Skipped when Ray is not installed (pip install -e ".[ray]")."""
+Ray is in the test extras (pip install -e ".[test]"): a missing Ray fails here rather than skipping."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
+import ray
 from test_replay import _episode, grey_video  # noqa: F401  (the module's video fixture)
 
 from streamvid.config import EngineConfig
 from streamvid.eval.batch import score_files
-
-ray = pytest.importorskip("ray")
 
 
 @pytest.mark.slow  # starting a local Ray cluster takes a while

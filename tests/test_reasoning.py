@@ -205,3 +205,25 @@ def test_memory_keeps_each_block_as_encoded_after_the_sinks_alone(adapter, encod
         assert max(gaps) < 1e-4
     else:
         assert max(gaps[1:]) > 1e-3
+
+
+class FirstTokenEnds(SpyAdapter):
+    """The real forward runs, and the first token it produces is a stop token: the answer is empty."""
+
+    def generate(self, context, prompt, max_new_tokens, stop=None):
+        for _ in self._real.generate(context, prompt, 1, stop):
+            pass
+        yield from ()
+
+
+def test_an_answer_always_has_a_time_to_first_token(adapter):
+    """TTFT is the time to the first token the model produced, printed or not; an acknowledged "tell me when" has
+    the time to its acknowledgement."""
+    sa = StreamingAssistant(EngineConfig(model="unused", max_new_tokens=3), adapter=FirstTokenEnds(adapter))
+    _fill(sa, 2)
+    empty = sa.reasoning.handle(Question("q0", "How many shapes are there?", 1.0))
+    ack = sa.reasoning.handle(Question("q1", "Tell me when a red circle appears", 1.0))
+    for out in (empty, ack):
+        assert isinstance(out.data["ttft_ms"], float) and out.data["ttft_ms"] >= 0, out.data
+    assert empty.text == "" and empty.data["tokens"] == 0
+    assert ack.data["trigger_id"] == "q1"

@@ -9,12 +9,13 @@ import math
 
 import pytest
 
+from streamvid.assets import DEMO_VIDEOS
 from streamvid.assistant import StreamingAssistant
 from streamvid.config import BUNDLED_MODEL, EngineConfig
 from streamvid.eval.score import load_episodes
 from streamvid.sources import FileSource
 
-DEMO = BUNDLED_MODEL.parent.parent / "demo_videos" / "shapes_7"
+DEMO = DEMO_VIDEOS / "shapes_7"
 pytestmark = pytest.mark.slow
 
 

@@ -19,12 +19,13 @@ import numpy as np
 import pytest
 import torch
 
+from streamvid.assets import DEMO_VIDEOS
 from streamvid.assistant import StreamingAssistant
-from streamvid.config import BUNDLED_MODEL, EngineConfig
+from streamvid.config import EngineConfig
 from streamvid.sources import FileSource
 from streamvid.types import Output, Question
 
-DEMO = BUNDLED_MODEL.parent.parent / "demo_videos" / "shapes_7"
+DEMO = DEMO_VIDEOS / "shapes_7"
 CLIP = DEMO / "shapes_7.mp4"
 FPS = 2.0
 _PAIR = re.compile(r"Is there an? (\w+) (\w+) now\?")

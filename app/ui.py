@@ -2,8 +2,8 @@
 
     streamvid demo [--model M] [--video V] [--host 127.0.0.1] [--port 7860] [--auth USER:PASS]
 
-    from streamvid.app.ui import build_demo, launch
-    demo = build_demo(manager)            # a SessionManager (streamvid.app.sessions)
+    from streamvid_app.ui import build_demo, launch
+    demo = build_demo(manager)            # a SessionManager (streamvid_app.sessions)
     launch(demo, host="127.0.0.1", port=7860, auth=None, max_upload_mb=200)
 
 Every callback maps onto one `Session` method; the session is keyed by gradio's session hash, so each browser tab
@@ -32,8 +32,8 @@ from dataclasses import dataclass
 import gradio as gr
 import gradio.utils
 
-from streamvid.app.inputs import VIDEO_SUFFIXES, InputRefused
-from streamvid.app.sessions import (
+from streamvid_app.inputs import VIDEO_SUFFIXES, InputRefused
+from streamvid_app.sessions import (
     Session,
     SessionError,
     SessionManager,
@@ -377,12 +377,12 @@ def _api(manager: SessionManager, ask_timeout_s: float) -> None:
                 "device": manager.config.device}
 
     @_user_errors
-    def start(source: str, video: str | None, request: gr.Request) -> dict:
+    def start(source: str, request: gr.Request, video: str | None = None) -> dict:
         spec = video if video and not (source or "").strip() else source
         return _session(manager, request).start(spec)
 
     @_user_errors
-    def push_frame(image, t_s: float | None, request: gr.Request) -> dict:
+    def push_frame(image, request: gr.Request, t_s: float | None = None) -> dict:
         if image is None:
             raise SessionError("no image")
         return _session(manager, request).push_frame(image, t_s)

@@ -9,7 +9,7 @@
     s.stop()                                    # the final stats
     manager.close("tab-or-client-key")          # tab closed; idle sessions are closed by the reaper thread
 
-The gradio layer (`streamvid.app.ui`) only maps callbacks onto these methods. Errors a user can cause (a refused
+The gradio layer (`streamvid_app.ui`) only maps callbacks onto these methods. Errors a user can cause (a refused
 input, an empty question, a full queue, no stream running) raise `SessionError` or `InputRefused` with a message
 for the page; the session stays usable. A worker that fails ends its stream, not the session: the error is kept
 in `status()` and the chat, and the next `start` begins a fresh stream.
@@ -35,7 +35,7 @@ import numpy as np
 from PIL import Image
 
 from streamvid.adapters.base import VideoLLMAdapter, adapter_for
-from streamvid.app.inputs import InputPolicy, Target
+from streamvid_app.inputs import InputPolicy, Target
 from streamvid.assistant import BusyError, StreamingAssistant
 from streamvid.config import EngineConfig
 from streamvid.types import Frame
@@ -206,8 +206,8 @@ class Session:
         if t_s is not None and not t_s >= 0:
             raise SessionError(f"t_s must be >= 0 seconds, got {t_s}")
         stream.tap.inner.push(self._fit(image), t_s)
-        st = stream.sa.ingest.stats()
-        return {"type": "status", "event": "frame", "t_s": round(stream.sa.ingest.latest_t_s, 3),
+        st = stream.sa.ingest_stats()
+        return {"type": "status", "event": "frame", "t_s": round(stream.sa.latest_t_s, 3),
                 "frames_in": st["frames_in"], "frames_dropped": st["frames_dropped"]}
 
     # ---- questions --------------------------------------------------------------------------------------
@@ -216,7 +216,7 @@ class Session:
         self.touch()
         with self._cond:
             stream = self._running()
-            t_s = stream.sa.ingest.latest_t_s
+            t_s = stream.sa.latest_t_s
             try:
                 qid = stream.sa.ask(question, t_s=t_s)
             except (BusyError, ValueError) as e:
@@ -327,9 +327,9 @@ class Session:
                         "source": self._last_stats.get("source") if self._last_stats else None}
             error = stream.error
         sa = stream.sa
-        return {**base, **sa.stats(), "narrate": sa.config.narrate, "t_s": round(sa.ingest.latest_t_s, 3),
+        return {**base, **sa.stats(), "narrate": sa.config.narrate, "t_s": round(sa.latest_t_s, 3),
                 "wall_s": round(time.monotonic() - stream.started_s, 2), "source": stream.label,
-                "running": error is None and not sa.ingest_done.is_set(), "ended": sa.ingest_done.is_set(),
+                "running": error is None and not sa.ended, "ended": sa.ended,
                 "error": error}
 
     def chat(self) -> list[dict]:
@@ -485,7 +485,7 @@ class Session:
             if stream.error is None:
                 stream.error = str(error)
                 self._add_log({"type": "status", "event": "error", "source": stream.label, "text": str(error),
-                               "t_s": round(stream.sa.ingest.latest_t_s, 3)})
+                               "t_s": round(stream.sa.latest_t_s, 3)})
                 self._chat.append({"role": "assistant", "content": f"*The stream stopped with an error: {error}. "
                                                                    f"Start it again to go on.*"})
             stream.closed = True

@@ -22,10 +22,9 @@ from pathlib import Path
 
 import av
 
-from streamvid.config import BUNDLED_MODEL
+from streamvid.assets import demo_clips
 from streamvid.sources import FileSource, FrameSource, LiveSource, PushSource, open_source
 
-DEMO_VIDEOS = BUNDLED_MODEL.parent.parent / "demo_videos"
 VIDEO_SUFFIXES = (".mp4", ".m4v", ".mov", ".webm", ".mkv", ".avi")
 URL_SCHEMES = ("rtsp", "rtsps", "rtmp", "rtmps", "http", "https")
 # ffmpeg protocols a URL source may use, nested ones included (an HLS playlist cannot reach file: or pipe:)
@@ -44,13 +43,6 @@ class Target:
     kind: str  # "push" | "clip" | "upload" | "url" | "operator"
     label: str  # what the page shows
     spec: str  # "push", a file path, a URL, or the operator's --video spec
-
-
-def demo_clips(folder: Path = DEMO_VIDEOS) -> dict[str, Path]:
-    """Bundled clips by name: each `NAME/NAME.mp4` under the demo_videos folder."""
-    if not folder.is_dir():
-        return {}
-    return {d.name: d / f"{d.name}.mp4" for d in sorted(folder.iterdir()) if (d / f"{d.name}.mp4").is_file()}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,70 @@
+"""What a wheel carries: every package, the bundled model and demo clips as package data, the web app as
+`streamvid_app` (no top-level `app`); and the library never imports the app. `.ci/run` also installs the wheel
+into a fresh venv and runs `streamvid run` from `/`."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+
+
+def _package_folders() -> set[str]:
+    """Import names of every folder holding Python modules: streamvid/... as is, app/ as streamvid_app."""
+    names = set()
+    for top, name in (("streamvid", "streamvid"), ("app", "streamvid_app")):
+        for f in (ROOT / top).rglob("*.py"):
+            rel = f.parent.relative_to(ROOT / top)
+            names.add(".".join((name, *rel.parts)))
+    return names
+
+
+def test_every_package_folder_is_listed_in_pyproject():
+    assert set(PYPROJECT["tool"]["setuptools"]["packages"]) == _package_folders()
+
+
+def test_the_library_never_imports_the_app():
+    for f in (ROOT / "streamvid").rglob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            assert not any(n.split(".")[0] in ("streamvid_app", "app") for n in names), f"{f} imports the app"
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> zipfile.ZipFile:
+    out = tmp_path_factory.mktemp("wheel")
+    p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                        str(out), str(ROOT)], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    (built,) = out.glob("streamvid-*.whl")
+    with zipfile.ZipFile(built) as z:
+        yield z
+
+
+def test_the_wheel_carries_the_bundled_model_and_the_demo_clips(wheel):
+    names = set(wheel.namelist())
+    assets = ROOT / "streamvid" / "assets"
+    shipped = {str(f.relative_to(ROOT)) for f in assets.rglob("*") if f.is_file() and "__pycache__" not in f.parts}
+    assert shipped <= names, sorted(shipped - names)
+    assert "streamvid/assets/streamvid-tiny/model.safetensors" in names
+    clip = "streamvid/assets/demo_videos/shapes_7/"
+    assert {clip + "shapes_7.mp4", clip + "episodes.jsonl"} <= names
+
+
+def test_the_wheel_installs_the_app_as_streamvid_app_and_registers_demo(wheel):
+    names = set(wheel.namelist())
+    assert {f"streamvid_app/{m}.py" for m in ("__init__", "ui", "cli", "app", "inputs", "sessions")} <= names
+    assert not any(n.startswith(("app/", "models/", "demo_videos/", "tests/")) for n in names), "stray top-level"
+    (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    text = wheel.read(entry_points).decode()
+    assert "[streamvid.commands]" in text and "demo = streamvid_app.cli:register" in text
+    assert "streamvid = streamvid.cli:main" in text
