@@ -2,7 +2,7 @@
 
     python benchmarks/compact_kv.py [CLIP_DIR ...] [--choices float:1 int8:1 int4:1 int8:0.75 ...]
 
-(default clips: demo_videos/shapes_7, shapes_8, shapes_9). For each storage choice (memory_kv float / int8 / int4,
+(default clips: the demo clips shapes_7, shapes_8, shapes_9). For each storage choice (memory_kv float / int8 / int4,
 memory_keep 1 / 0.75 / 0.5) the bundled model replays each
 demo clip and answers its memory questions (backward colour / shape / at-time) at their stream times; the report
 gives accuracy, answers equal to the full-precision run, and memory bytes per hour of stream. The logit error is

@@ -8,7 +8,7 @@
     streamvid bench [--quick] [--json] [--arch tiny|3b|7b] [--layers N] [--device D] [--dtype D] [--out DIR]
     streamvid convert ovo-bench|streamingbench|rvs|proactivevideoqa|svbench FILE... --videos DIR --out EPISODES.jsonl
     streamvid synth --seed S --minutes N --out DIR
-    streamvid train-tiny --out models/streamvid-tiny [--seed S] [--steps N] [--time-budget-min M] [--init DIR]
+    streamvid train-tiny [--out DIR] [--seed S] [--steps N] [--time-budget-min M] [--init DIR]
                         [--vision-refine-steps N]
     streamvid make-tiny --arch qwen2-vl|qwen2.5-vl|qwen3-vl|llava-onevision|llava-next-video --out DIR
 

@@ -45,7 +45,7 @@ class EngineConfig:
     question_queue_size: int = 8
     dialogue_turns: int = 2  # earlier question/answer pairs kept as text context
     read_timeout_s: float = 0.5  # how long one ingest step waits for a frame
-    # speaking up (DESIGN.md §5): standing triggers and narration, decided on each new chunk
+    # speaking up (docs/speaking-up.md): standing triggers and narration, decided on each new chunk
     decision_hz: float | None = None  # at most this many decisions per second of stream; None: every chunk
     probe_batch: int = 8  # trigger probes per batched forward (questions are served between batches)
     # the firing rule and gate defaults were chosen on ShapesWorld dev seeds 2001-2003 with the bundled model

@@ -2,7 +2,7 @@
 
 A block's vectors and a question's vector must live in one space (FAISS inner product). By default that space is
 the video-LLM's own (`ModelEmbedder`: pre-RoPE keys of a chunk's video tokens and the mean pre-RoPE query of a
-question's tokens at the adapter's index layer, DESIGN.md §4), which needs no second model. A block may have
+question's tokens at the adapter's index layer, docs/architecture.md), which needs no second model. A block may have
 several vectors (rows); it scores by its best row (memory.py).
 
 The model's block rows are (mean key + 2 x region key) / 3, one per region of the frame (adapters/hf.py

@@ -1,5 +1,5 @@
 """ReasoningWorker (thread "streamvid-reasoning"): questions -> retrieval -> answer on a snapshot of the window;
-on each new chunk, standing triggers are probed and narration may speak (DESIGN.md §5).
+on each new chunk, standing triggers are probed and narration may speak (docs/speaking-up.md).
 
 Work is served one unit per `step`, questions first: a question (answered in full), else one batched forward of
 trigger probes, else one narration look (abandoned at the next token when a question arrives). So a probe delays

@@ -1,4 +1,4 @@
-"""ShapesWorld evaluation episodes in the stream-episode/1 format (DESIGN.md §7).
+"""ShapesWorld evaluation episodes in the stream-episode/1 format (docs/evaluation.md).
 
 `streamvid synth --seed S --minutes N --out DIR` calls `write_dataset`, which writes
   DIR/shapes_<S>.mp4            the stream (H.264, see world.write_mp4)

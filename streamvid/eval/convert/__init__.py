@@ -1,4 +1,4 @@
-"""Benchmark annotation files to stream episodes (DESIGN.md §7): one module per benchmark.
+"""Benchmark annotation files to stream episodes (docs/evaluation.md): one module per benchmark.
 
     streamvid convert ovo-bench|streamingbench|rvs|proactivevideoqa|svbench FILE... --videos DIR --out EPISODES.jsonl
 

@@ -1,5 +1,5 @@
 """What every converter shares: reading annotation files, checking records field by field, parsing the time
-formats the benchmarks publish, and building stream-episode/1 events (DESIGN.md §7).
+formats the benchmarks publish, and building stream-episode/1 events (docs/evaluation.md).
 
 Every error is a `ConvertError` (a ValueError) with one line that names the file, the record and the field:
 
