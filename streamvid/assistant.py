@@ -276,11 +276,18 @@ class StreamingAssistant:
         one; its model and embedder must be the saved ones. Raises session_store.SnapshotError (a ValueError) with
         a one-line message for a missing, damaged or foreign snapshot."""
         meta = session_store.read_meta(directory)
+        saved = config is None
         config = config or session_store.config_from(meta)
         session_store.check_model(directory, meta, config.model)
         session_store.check_embedder(directory, meta, embedder_name(config.embedder))
         snap = session_store.load(directory, meta=meta)
-        sa = cls(config, adapter)
+        try:
+            sa = cls(config, adapter)
+        except ValueError as e:
+            if not saved:
+                raise
+            raise session_store.SnapshotError(f"session {directory} is damaged: its saved settings do not run with "
+                                              f"this model ({e}); use another --session folder") from None
         try:
             sa._restore(directory, snap)
         except BaseException:

@@ -19,10 +19,11 @@ the pointer is replaced (temp file, fsync, rename, fsync of DIR).
 A crash at any point leaves the pointer on the previous complete snapshot; folders it does not name are removed
 by the next save. Nothing is pickled: tensors are safetensors, the index is FAISS's own format, the rest JSON.
 
-Loading checks the pointer, the format version, every file's size and sha256, and the model identity
-(model_type, sha256 of config.json, and a fingerprint of the weight files: name, size, first and last MiB) and
-the embedder of the retrieval vectors (check_embedder), so a snapshot of another model or embedder, another format
-version or a damaged file is refused with one line that says what to do, before any tensor is used.
+Loading checks the pointer, the format version, the whole snapshot (snapshot_schema: every field, file name and
+header; every file's size and sha256), the model identity (model_type, sha256 of config.json, and a fingerprint
+of the weight files: name, size, first and last MiB) and the embedder of the retrieval vectors (check_embedder),
+so a snapshot of another model or embedder, another format version, a damaged file or an edited meta.json is
+refused with one line that says what to do, before any tensor is used.
 
 Thread contract: `save` may run on any thread while the session's workers run: it holds the ingest worker's
 `lock` (so no block moves from the window to memory meanwhile), the window lock for a snapshot, and the memory
@@ -51,8 +52,11 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
+from streamvid import snapshot_schema
 from streamvid.config import EngineConfig
 from streamvid.kv_window import Block
+from streamvid.snapshot_schema import MEMORY, META, WINDOW, SchemaError
+from streamvid.snapshot_schema import file_sha256 as _sha256
 
 if TYPE_CHECKING:
     from streamvid.assistant import StreamingAssistant
@@ -62,9 +66,6 @@ log = logging.getLogger(__name__)
 FORMAT = "streamvid-session"
 FORMAT_VERSION = 1
 POINTER = "session.json"
-META = "meta.json"
-WINDOW = "window.safetensors"
-MEMORY = "memory"
 _FINGERPRINT_BYTES = 2**20  # of each weight file: the first and the last MiB
 
 
@@ -138,7 +139,7 @@ def save(sa: StreamingAssistant, directory: str | Path) -> dict:
         "saved_unix_s": time.time(),
         "files": files,
     }
-    _write_synced(tmp / META, json.dumps(meta, indent=1).encode())
+    _write_synced(tmp / META, json.dumps(meta, indent=1, allow_nan=False).encode())  # NaN is not JSON
     _sync_tree(tmp, paths)  # every file and folder durable before the folder gets its final name
     name = f"snap-{seq:06d}"
     os.rename(tmp, directory / name)
@@ -193,35 +194,39 @@ class Snapshot:
 
 
 def read_meta(directory: str | Path) -> dict:
-    """meta.json of the current snapshot, after checking the format version and every file's checksum."""
+    """meta.json of the current snapshot, after checking its format version and the snapshot (snapshot_schema)."""
     directory = Path(directory)
     pointer = _read_pointer(directory)
     folder = directory / pointer["snapshot"]
     meta_path = folder / META
-    if not meta_path.is_file() or _sha256(meta_path) != pointer.get("meta_sha256"):
+    intact = not folder.is_symlink() and not meta_path.is_symlink() and meta_path.is_file()
+    if not intact or _sha256(meta_path) != pointer["meta_sha256"]:
         raise _damaged(directory, f"{pointer['snapshot']}/{META} is missing or does not match session.json")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (ValueError, UnicodeDecodeError) as e:
-        raise _damaged(directory, f"{META} is not JSON ({e})") from None
-    _check_version(directory, meta)
-    for name, want in meta["files"].items():
-        path = folder / name
-        if not path.is_file():
-            raise _damaged(directory, f"{name} is missing")
-        if path.stat().st_size != want["bytes"] or _sha256(path) != want["sha256"]:
-            raise _damaged(directory, f"{name} does not match its checksum")
-    return meta
+    return _read_json(directory, meta_path, lambda meta: snapshot_schema.check_snapshot(folder, meta))
+
+
+_IDENTITY = (("model type", "model_type", ""), ("config", "config_sha256", "config.json sha256 "),
+             ("weights", "weights_fingerprint", "fingerprint "))
 
 
 def check_model(directory: str | Path, meta: dict, model: str) -> None:
-    """Refuse a snapshot taken with another model (by identity, not by path)."""
+    """Refuse a snapshot taken with another model (by identity, not by path), saying what differs."""
     saved, now = meta["model"], model_identity(model)
-    keys = ("model_type", "config_sha256", "weights_fingerprint")
-    if any(saved[k] != now[k] for k in keys):
-        raise SnapshotError(f"session {directory} was saved with model {saved['model']} ({saved['model_type']}), "
-                            f"not {model} ({now['model_type']}): pass --model {saved['model']} or use another "
-                            f"--session folder")
+    differs = [(what, f"{label}{_short(saved[k])} saved, {_short(now[k])} now") for what, k, label in _IDENTITY
+               if saved[k] != now[k]]
+    if not differs:
+        return
+    whose = " and ".join(w for w, _ in differs) + (" differs (" if len(differs) == 1 else " differ (") + \
+        "; ".join(d for _, d in differs) + ")"
+    if saved["model"] == model:  # the checkpoint at that path changed since the save
+        raise SnapshotError(f"session {directory} was saved with model {model} whose {whose}: use the checkpoint "
+                            f"it was saved with, or another --session folder")
+    raise SnapshotError(f"session {directory} was saved with model {saved['model']}, not {model}, whose {whose}: "
+                        f"pass --model {saved['model']} or use another --session folder")
+
+
+def _short(value) -> str:
+    return "none" if value is None else value if len(value) <= 12 else value[:12] + "..."
 
 
 def check_embedder(directory: str | Path, meta: dict, name: str) -> None:
@@ -246,8 +251,6 @@ def load(directory: str | Path, model: str | None = None, meta: dict | None = No
         blocks = _read_window(folder / WINDOW)
     except (SafetensorError, KeyError, ValueError, OSError) as e:
         raise _damaged(directory, f"{WINDOW} cannot be read ({e})") from None
-    if [b.id for b in blocks[1:]] != meta["window_blocks"]:
-        raise _damaged(directory, f"{WINDOW} does not hold the blocks {META} lists")
     return Snapshot(folder, meta, blocks[0], tuple(blocks[1:]))
 
 
@@ -273,15 +276,16 @@ def _read_window(path: Path) -> list[Block]:
 
 def config_from(meta: dict, **changes) -> EngineConfig:
     """The EngineConfig a snapshot was saved with (fields this version does not know are ignored)."""
-    known = {f.name for f in dataclasses.fields(EngineConfig)}
-    return EngineConfig(**{k: v for k, v in meta["config"].items() if k in known}).replace(**changes)
+    return snapshot_schema.engine_config(meta["config"], **changes)
 
 
 def _check_version(directory: Path, doc: dict) -> None:
     if doc.get("format") != FORMAT:
         raise _damaged(directory, f"not a {FORMAT} file")
-    if doc.get("format_version") != FORMAT_VERSION:
-        raise SnapshotError(f"session {directory} has format version {doc.get('format_version')}; this streamvid "
+    if type(doc.get("format_version")) is not int:
+        raise _damaged(directory, f"format_version is not an integer ({_short(repr(doc.get('format_version')))})")
+    if doc["format_version"] != FORMAT_VERSION:
+        raise SnapshotError(f"session {directory} has format version {doc['format_version']}; this streamvid "
                             f"reads version {FORMAT_VERSION}: use the streamvid that wrote it, or another "
                             f"--session folder")
 
@@ -292,16 +296,23 @@ def _read_pointer(directory: Path, missing_ok: bool = False) -> dict | None:
         if missing_ok:
             return None
         raise SnapshotError(f"no session in {directory} ({POINTER} not found)")
+    return _read_json(directory, path, lambda doc: snapshot_schema.check(doc, snapshot_schema.POINTER_JSON, POINTER))
+
+
+def _read_json(directory: Path, path: Path, check: Callable[[dict], None]) -> dict:
+    """session.json or meta.json: a JSON object of this format and version, then `check`ed (snapshot_schema)."""
     try:
-        pointer = json.loads(path.read_text())
-        str(pointer["snapshot"]).removeprefix("snap-")
-    except (ValueError, UnicodeDecodeError, KeyError, TypeError) as e:
-        raise _damaged(directory, f"{POINTER} is not a session pointer ({e})") from None
-    _check_version(directory, pointer)
-    name = pointer["snapshot"]
-    if not (isinstance(name, str) and name.startswith("snap-") and name[5:].isdigit()):
-        raise _damaged(directory, f"{POINTER} names no snapshot folder")
-    return pointer
+        doc = json.loads(path.read_text())
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise _damaged(directory, f"{path.name} is not JSON ({e})") from None
+    if not isinstance(doc, dict):
+        raise _damaged(directory, f"{path.name} is not a JSON object")
+    _check_version(directory, doc)
+    try:
+        check(doc)
+    except SchemaError as e:
+        raise _damaged(directory, str(e)) from None
+    return doc
 
 
 def _damaged(directory: Path, why: str) -> SnapshotError:
@@ -310,14 +321,6 @@ def _damaged(directory: Path, why: str) -> SnapshotError:
 
 
 # ---- files -----------------------------------------------------------------------------------------------------
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(2**20):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _sync_tree(root: Path, files: list[Path]) -> None:
     """Make `files` and the folders under `root` durable: one syncfs(2) of their filesystem where the C library
     has it (Linux; thousands of block files would take one fsync each otherwise), else an fsync per file and

@@ -3,18 +3,26 @@ leaves the previous snapshot loadable; damaged or foreign snapshots are refused 
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import hashlib
 import json
+import math
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
 
 from streamvid import session_store
 from streamvid.assistant import StreamingAssistant
@@ -247,3 +255,181 @@ def test_resuming_with_memory_off_warns_and_keeps_the_window(tiny_model_dir, ada
     assert [b.id for b in resumed.window.snapshot().blocks] == [b.id for b in sa.window.snapshot().blocks]
     assert resumed.stream_t_s == N1 / FPS
     resumed.stop()
+
+
+# ---- snapshots whose meta.json was edited and its checksum updated ------------------------------------------------
+def _write_meta(directory: Path, meta: dict) -> None:
+    """meta.json of the current snapshot replaced by `meta` (NaN written as NaN, as json.dumps does), its sha256 in
+    session.json updated to match: checksums alone no longer tell the edit apart."""
+    (_current(directory) / "meta.json").write_text(json.dumps(meta))
+    pointer = json.loads((directory / "session.json").read_text())
+    pointer["meta_sha256"] = _listed(_current(directory) / "meta.json")["sha256"]
+    (directory / "session.json").write_text(json.dumps(pointer))
+
+
+def _listed(path: Path) -> dict:
+    return {"bytes": path.stat().st_size, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+
+
+def _empty_memory_block(meta: dict, snap: Path) -> None:
+    path = min((snap / "memory").glob("block_*.safetensors"))
+    path.write_bytes(b"")
+    meta["files"][f"memory/{path.name}"] = _listed(path)
+
+
+def _outside(name: Callable[[Path, Path], str]) -> Callable[[dict, Path], None]:
+    """An edit that lists a file outside the snapshot folder, under the name `name(file, snapshot folder)`."""
+    def edit(meta: dict, snap: Path) -> None:
+        (snap.parent.parent / "secret.txt").write_text("not part of any session\n")
+        meta["files"][name(snap.parent.parent / "secret.txt", snap)] = _listed(snap.parent.parent / "secret.txt")
+    return edit
+
+
+def _symlink_out(meta: dict, snap: Path) -> None:
+    shutil.move(snap / "window.safetensors", snap.parent.parent / "window.safetensors")
+    (snap / "window.safetensors").symlink_to(snap.parent.parent / "window.safetensors")
+
+
+TAMPERING = {  # name: (edit of meta.json and the folder, what the message names)
+    "empty_memory_block": (_empty_memory_block, "block_000000000.safetensors"),
+    "next_block_id_text": (lambda m, s: m.update(next_block_id="abc"), "next_block_id"),
+    "stream_t_s_nan": (lambda m, s: m.update(stream_t_s=float("nan")), "stream_t_s"),
+    "stream_t_s_negative": (lambda m, s: m.update(stream_t_s=-50.0), "stream_t_s"),
+    "stream_t_s_huge": (lambda m, s: m.update(stream_t_s=1e308), "stream_t_s"),
+    "dialogue_half_turn": (lambda m, s: m.update(dialogue=[["q"]]), "dialogue"),
+    "files_empty": (lambda m, s: m.update(files={}), "files lists no "),
+    "file_outside_absolute": (_outside(lambda file, snap: str(file)), "secret.txt"),
+    "file_outside_dotdot": (_outside(os.path.relpath), "../../secret.txt"),
+    "symlink_out": (_symlink_out, "window.safetensors is a symbolic link"),
+}
+
+
+@pytest.mark.parametrize("tampering", list(TAMPERING))
+def test_edited_metadata_with_a_matching_checksum_is_refused(adapter, saved, tmp_path, tampering):
+    edit, names = TAMPERING[tampering]
+    directory = _copy(saved[0], tmp_path)
+    meta = json.loads((_current(directory) / "meta.json").read_text())
+    edit(meta, _current(directory))
+    _write_meta(directory, meta)
+    with pytest.raises(SnapshotError) as e:
+        StreamingAssistant.resume(directory, adapter=adapter).stop()
+    message = str(e.value)
+    assert "\n" not in message and "is damaged: " in message and "remove the folder" in message
+    assert names in message.split("is damaged: ", 1)[1], message
+
+
+def test_the_cli_refuses_an_edited_snapshot_with_exit_2(tiny_model_dir, saved, tmp_path, capsys):
+    from streamvid.cli import main
+
+    directory = _copy(saved[0], tmp_path)
+    _write_meta(directory, {**json.loads((_current(directory) / "meta.json").read_text()), "stream_t_s": math.nan})
+    assert main(["run", str(tmp_path / "any.mp4"), "--model", str(tiny_model_dir), "--session", str(directory)]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and "is damaged: meta.json: stream_t_s must be a finite number" in err
+
+
+def test_a_model_whose_config_changed_is_named_as_such(tiny_model_dir, adapter, saved, tmp_path):
+    other = tmp_path / "other_model"
+    shutil.copytree(tiny_model_dir, other)
+    config = json.loads((other / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps({**config, "note": "edited"}))  # same model_type and weights
+    with pytest.raises(SnapshotError) as e:
+        StreamingAssistant.resume(saved[0], config=_cfg(other), adapter=adapter)
+    assert f"not {other}, whose config differs (config.json sha256 " in str(e.value) and "\n" not in str(e.value)
+    assert "weights" not in str(e.value) and "pass --model" in str(e.value)
+    directory = _copy(saved[0], tmp_path)  # the same path, a config that changed since the save
+    meta = json.loads((_current(directory) / "meta.json").read_text())
+    _write_meta(directory, {**meta, "model": {**meta["model"], "config_sha256": "0" * 64}})
+    with pytest.raises(SnapshotError, match=f"model {tiny_model_dir} whose config differs .*000000000000... saved"):
+        StreamingAssistant.resume(directory, adapter=adapter)
+
+
+# ---- any edit of meta.json: resumed with valid state, or one line -----------------------------------------------
+DELETE = object()
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12)
+    | st.sampled_from([-1, 0, 1, 11, 12, 13, 2**63, 0.5, 12.0, 1e308, "", "abc", "/etc/passwd", "../x",
+                       "window.safetensors", "snap-000000", "memory/memory.json", "float32", "qwen2_5_vl", "model",
+                       "0" * 64]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=6)
+SNAPSHOT_ERRORS = ("is damaged: ", "was saved with", "holds KV as", "format version")
+
+
+def _like(value) -> st.SearchStrategy:
+    """Values of the JSON type `value` has: the edits that a check of types alone lets through."""
+    if isinstance(value, bool):
+        return st.booleans()
+    if isinstance(value, float):
+        return st.floats(-1.0, 2 * value + 1.0) | st.floats()
+    if isinstance(value, int):
+        return st.integers(-2, 2 * value + 2) | st.integers()
+    if isinstance(value, str):
+        return st.text(max_size=80) | st.just(value[:-1]) | st.just(value + "x")
+    if isinstance(value, list) and value:
+        return st.permutations(value) | st.lists(st.sampled_from(value), max_size=len(value) + 1)
+    if isinstance(value, dict) and value:
+        return st.sets(st.sampled_from(sorted(value))).map(lambda keys: {k: value[k] for k in keys})
+    return st.nothing()
+
+
+def _paths(doc, prefix=(), depth=3):
+    """Every key (and list index) of `doc` down to `depth` levels, as a tuple of keys."""
+    items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else ()
+    for key, value in items:
+        yield (*prefix, key)
+        if depth > 1:
+            yield from _paths(value, (*prefix, key), depth - 1)
+
+
+@pytest.fixture(scope="module")
+def editable(saved, tmp_path_factory):
+    """A copy of the saved session, and its meta.json and session.json as saved (each example restores them)."""
+    directory = tmp_path_factory.mktemp("editable") / "s"
+    shutil.copytree(saved[0], directory)
+    return directory, (_current(directory) / "meta.json").read_bytes(), (directory / "session.json").read_bytes()
+
+
+def _assert_valid(sa: StreamingAssistant, out: Path) -> None:
+    snap = sa.window.snapshot()
+    ids = [b.id for b in snap.blocks] + (sa.memory.ids_at(0.0, pad_s=1e12) if sa.memory is not None else [])
+    assert math.isfinite(sa.stream_t_s) and 0 <= sa.stream_t_s <= 1e9
+    assert type(sa.ingest.next_block_id) is int and sa.ingest.next_block_id > max(ids, default=-1)
+    assert all(type(q) is str and type(a) is str for q, a in sa.reasoning.dialogue)
+    assert all(math.isfinite(b.t_start_s) and math.isfinite(b.t_end_s) for b in snap.blocks)
+    sa.save(out)  # and what it saves is valid JSON that resumes
+    json.loads((_current(out) / "meta.json").read_text(), parse_constant=lambda c: pytest.fail(f"{c} saved"))
+    session_store.read_meta(out)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_any_edit_of_meta_json_resumes_valid_state_or_is_one_line(adapter, editable, data):
+    directory, meta_bytes, pointer_bytes = editable
+    meta = json.loads(meta_bytes)
+    path = data.draw(st.sampled_from(sorted(_paths(meta), key=repr)), label="path")
+    node = functools.reduce(lambda node, key: node[key], path[:-1], meta)
+    value = data.draw(st.just(DELETE) | JSON_VALUES | _like(node[path[-1]]), label="value")
+    if value is DELETE:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    try:
+        _write_meta(directory, meta)
+        with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):  # config.memory_dir may be "x"
+            try:
+                sa = StreamingAssistant.resume(directory, adapter=adapter)
+            except SnapshotError as e:
+                message = str(e)
+                assert "\n" not in message and message.startswith(f"session {directory} "), message
+                assert any(s in message for s in SNAPSHOT_ERRORS) and "--session folder" in message, message
+                event("refused: " + next(s for s in SNAPSHOT_ERRORS if s in message))
+                return
+            event("resumed")
+            try:
+                _assert_valid(sa, Path(scratch) / "saved")
+            finally:
+                sa.stop()
+    finally:
+        (_current(directory) / "meta.json").write_bytes(meta_bytes)
+        (directory / "session.json").write_bytes(pointer_bytes)
