@@ -1,8 +1,17 @@
 """The web app of `streamvid demo`: a Gradio page and scriptable API over `StreamingAssistant` sessions.
 
-    inputs.py    what a page or API client may open (demo clips, uploads, URLs, pushed frames) and how
-    sessions.py  one assistant per browser tab / API client on one shared model; cap, idle cleanup
-    ui.py        layout, callbacks and API endpoints (the only module that imports gradio)
+    cli.py         the `demo` command, plugged into `streamvid` (the `streamvid.commands` entry point)
+    app.py         the same as a script: `python app/app.py` (the Hugging Face Spaces convention)
+    ui.py          layout, callbacks and API endpoints (the only module that imports gradio)
+    manager.py     the sessions of one server on one loaded model: caps (per client too), idle cleanup
+    sessions.py    one session: its stream, chat, alerts and standing conditions
+    inputs.py      what a page or API client may open (demo clips, uploads, URLs, pushed frames) and how
+    frames.py      still frames: refused above the pixel cap from their header, made square and small early
+    validation.py  endpoint arguments checked before anything else happens
+    login.py       password length, and repeated failed logins slowed down
+    uploads.py     uploads removed when their session is done with them, the folders kept under a quota
+    chat.py        stream times as clocks, alerts as one line
 
-Layout and callbacks only: no model logic and no torch here; everything goes through the public engine API.
+Layout and callbacks only: no model logic and no torch here; everything goes through streamvid's public API.
+Installed as the package `streamvid_app`.
 """

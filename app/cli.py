@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import tempfile
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -31,8 +33,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     dm.add_argument("--frame-px", type=int, default=112, help="frames are resized to N x N (the bundled model: 112)")
     dm.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
     dm.add_argument("--max-sessions", type=int, default=4, help="browser tabs / API clients served at once")
+    dm.add_argument("--max-sessions-per-client", type=int, default=None, metavar="N",
+                    help="sessions one login user (or one address without login) may hold (default: half)")
     dm.add_argument("--idle-timeout-s", type=float, default=600.0, help="close a session idle this long")
-    dm.add_argument("--max-upload-mb", type=float, default=200.0)
+    dm.add_argument("--max-upload-mb", type=float, default=200.0, help="largest video file a page may upload")
+    dm.add_argument("--upload-quota-mb", type=float, default=2048.0,
+                    help="all uploads together; the oldest not playing are removed beyond it")
+    dm.add_argument("--max-frame-pixels", type=int, default=4096 * 4096, metavar="N",
+                    help="refuse videos and images whose frames have more pixels (default: 4096x4096)")
+    dm.add_argument("--allow-private-urls", action="store_true",
+                    help="let URLs reach loopback, LAN and other non-public addresses (cameras on your network)")
+    dm.add_argument("--max-outage-s", type=float, default=300.0,
+                    help="give up on a URL that sends no frames for this long (it is reopened until then)")
     dm.add_argument("--narrate", action="store_true", help="sessions start with narration on (a page can switch)")
     add_engine_args(dm, d)
     dm.set_defaults(func=cmd_demo)
@@ -43,17 +55,35 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     offline_if_local(args.model, embedder_checkpoint(args))
     from streamvid_app.inputs import InputPolicy
-    from streamvid_app.sessions import SessionManager
+    from streamvid_app.manager import SessionManager
+    from streamvid_app.frames import cap_decoded_pixels
     from streamvid_app.ui import build_demo, check_bind, launch, upload_folder
 
     auth = args.auth if args.auth is not None else os.environ.get("STREAMVID_AUTH") or None
     creds = check_bind(args.host, auth)  # refused before the model is loaded
     cfg = engine_config(args, frame_px=args.frame_px, max_new_tokens=args.max_new_tokens, narrate=args.narrate)
     check_model(cfg.model)
-    policy = InputPolicy.default([upload_folder()], operator_video=args.video, max_upload_mb=args.max_upload_mb)
-    manager = SessionManager(cfg, policy, max_sessions=args.max_sessions, idle_timeout_s=args.idle_timeout_s)
+    cap_decoded_pixels(args.max_frame_pixels)  # the web framework decodes webcam frames itself
+    # this server's own upload folder (under $GRADIO_TEMP_DIR when set), removed with everything in it at shutdown
+    previous = os.environ.get("GRADIO_TEMP_DIR")
+    uploads = tempfile.mkdtemp(prefix="streamvid-uploads-", dir=previous)
+    os.environ["GRADIO_TEMP_DIR"] = uploads
     try:
-        launch(build_demo(manager), host=args.host, port=args.port, auth=creds, max_upload_mb=args.max_upload_mb)
+        policy = InputPolicy.default([upload_folder()], operator_video=args.video, max_upload_mb=args.max_upload_mb,
+                                     max_frame_pixels=args.max_frame_pixels,
+                                     allow_private_urls=args.allow_private_urls, max_outage_s=args.max_outage_s)
+        manager = SessionManager(cfg, policy, max_sessions=args.max_sessions, idle_timeout_s=args.idle_timeout_s,
+                                 max_sessions_per_client=args.max_sessions_per_client,
+                                 upload_quota_mb=args.upload_quota_mb)
+        try:
+            launch(build_demo(manager), host=args.host, port=args.port, auth=creds,
+                   max_upload_mb=args.max_upload_mb)
+        finally:
+            manager.shutdown()
     finally:
-        manager.shutdown()
+        shutil.rmtree(uploads, ignore_errors=True)
+        if previous is None:
+            os.environ.pop("GRADIO_TEMP_DIR", None)
+        else:
+            os.environ["GRADIO_TEMP_DIR"] = previous
     return 0

@@ -1,27 +1,24 @@
-"""Sessions of `streamvid demo`: one StreamingAssistant per browser tab or API client, all sharing one model.
+"""A session of `streamvid demo`: one browser tab or API client, its stream, chat, alerts and conditions.
 
-    manager = SessionManager(EngineConfig(), policy, max_sessions=4, idle_timeout_s=600)  # loads the model once
-    s = manager.session("tab-or-client-key")    # made on first use; SessionLimitError past max_sessions
+    s = manager.session("tab-or-client-key")    # SessionManager (manager.py): made on first use, one model
     s.start("shapes_7")                         # a fresh stream (and a fresh assistant) per start
     qid = s.ask("How many shapes are on screen?")
     s.wait_answer(qid)                          # the answer object `streamvid run` prints
     s.poll(0)                                   # {"cursor": n, "outputs": [answers, alerts, ...]}
     s.stop()                                    # the final stats
-    manager.close("tab-or-client-key")          # tab closed; idle sessions are closed by the reaper thread
 
 The gradio layer (`streamvid_app.ui`) only maps callbacks onto these methods. Errors a user can cause (a refused
 input, an empty question, a full queue, no stream running) raise `SessionError` or `InputRefused` with a message
 for the page; the session stays usable. A worker that fails ends its stream, not the session: the error is kept
-in `status()` and the chat, and the next `start` begins a fresh stream.
+in `status()` and the chat, and the next `start` begins a fresh stream. Frames are checked and sized by
+`frames.py`, chat lines written by `chat.py`.
 
 Thread contract. `Session`: every public method may be called from any thread (gradio runs callbacks on worker
 threads, and a tab's timer, webcam and buttons overlap). `_lock` serialises the lifecycle (start, stop, watch,
 unwatch, close); `_cond` guards the log, chat, answers and the current stream; lock order `_lock` -> `_cond`.
 Each running stream has one drain thread ("streamvid-app-outputs") that moves the assistant's outputs into the
-session under `_cond` and notifies waiters. `SessionManager`: any thread; `_lock` guards the session table and is
-never held while a session stops; one reaper thread ("streamvid-app-reaper") closes idle sessions.
+session under `_cond` and notifies waiters.
 """
-
 from __future__ import annotations
 
 import logging
@@ -29,16 +26,17 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator
-from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
-from streamvid.adapters.base import VideoLLMAdapter, adapter_for
-from streamvid_app.inputs import InputPolicy, Target
+from streamvid.adapters.base import VideoLLMAdapter
 from streamvid.assistant import BusyError, StreamingAssistant
 from streamvid.config import EngineConfig
 from streamvid.types import Frame
+from streamvid_app import frames, validation
+from streamvid_app.chat import alert_text, clock, model_name
+from streamvid_app.inputs import InputPolicy, Target
+from streamvid_app.uploads import UploadFolders
 
 log = logging.getLogger(__name__)
 
@@ -57,19 +55,11 @@ class SessionLimitError(SessionError):
     """All session slots are taken."""
 
 
-def clock(t_s: float | None) -> str:
-    """Stream time as "mm:ss" (or "h:mm:ss")."""
-    if t_s is None:
-        return "--:--"
-    s = int(max(t_s, 0.0))
-    return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60:02d}:{s % 60:02d}"
-
-
 def triggers_available() -> bool:
     return callable(getattr(StreamingAssistant, "watch", None))
 
 
-class _Tap:
+class FrameTap:
     """A FrameSource that forwards another and keeps the last frame the ingest thread read (the page's preview).
 
     Thread contract: `read` from the ingest thread only; `last` may be read from any thread (one reference
@@ -109,7 +99,7 @@ class _Tap:
 class _Stream:
     """One assistant on one source, from `start` to `stop`. Fields below `_cond` are guarded by the session's."""
 
-    def __init__(self, sa: StreamingAssistant, target: Target, tap: _Tap, label: str, webcam: bool):
+    def __init__(self, sa: StreamingAssistant, target: Target, tap: FrameTap, label: str, webcam: bool):
         self.sa, self.target, self.tap, self.label, self.webcam = sa, target, tap, label, webcam
         self.started_s = time.monotonic()
         self.done = threading.Event()  # tells the drain thread to finish
@@ -118,13 +108,17 @@ class _Stream:
         self.closed = False
         self.error: str | None = None
         self.answers: dict[str, dict] = {}  # answer id -> answer object
+        self.last_push_t_s: float | None = None  # stream time of the last frame pushed with an explicit t_s
         self.pending: dict[str, tuple[dict, float, list[str]]] = {}  # id -> (chat message, t_s, pieces)
 
 
 class Session:
     def __init__(self, key: str, config: EngineConfig, adapter: VideoLLMAdapter, policy: InputPolicy,
-                 log_size: int = 1000, webcam_gap_s: float = 3.0):
+                 log_size: int = 1000, webcam_gap_s: float = 3.0, client: str = "",
+                 uploads: UploadFolders | None = None):
         self.key, self.config, self.adapter, self.policy = key, config, adapter, policy
+        self.uploads = uploads  # an uploaded video is removed once its stream stops
+        self.client = client  # who made it (login user or address): the per-client session limit counts these
         self.webcam_gap_s = webcam_gap_s
         self._lock = threading.Lock()
         self._cond = threading.Condition()
@@ -203,9 +197,15 @@ class Session:
         stream = self._stream
         if stream is None or stream.target.kind != "push" or stream.closed:
             raise SessionError('no push stream is running: start one with source "push" first')
-        if t_s is not None and not t_s >= 0:
-            raise SessionError(f"t_s must be >= 0 seconds, got {t_s}")
-        stream.tap.inner.push(self._fit(image), t_s)
+        image = np.asarray(image)
+        if image.ndim >= 2:
+            frames.check_size(image.shape[1], image.shape[0], self.policy.max_frame_pixels)
+        image = frames.fit(image, self.config.frame_px)
+        with self._cond:
+            t_s = validation.stream_time(t_s, after_s=stream.last_push_t_s)
+            if t_s is not None:
+                stream.last_push_t_s = t_s
+        stream.tap.inner.push(image, t_s)
         st = stream.sa.ingest_stats()
         return {"type": "status", "event": "frame", "t_s": round(stream.sa.latest_t_s, 3),
                 "frames_in": st["frames_in"], "frames_dropped": st["frames_dropped"]}
@@ -347,6 +347,18 @@ class Session:
     def touch(self) -> None:
         self.last_active_s = time.monotonic()
 
+    def upload_playing(self) -> str | None:
+        """The uploaded file the running stream plays, if it plays one."""
+        with self._cond:
+            stream = self._stream
+            return stream.target.spec if stream is not None and stream.target.kind == "upload" else None
+
+    def in_use(self) -> bool:
+        """Whether the session holds anything of the user's: a stream, standing conditions, chat or outputs."""
+        with self._cond:
+            return (self._stream is not None or self._prepared is not None or bool(self._conditions)
+                    or bool(self._chat) or bool(self._log))
+
     # ---- internals --------------------------------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
@@ -368,7 +380,7 @@ class Session:
         except ValueError:
             sa.stop()
             raise
-        tap = _Tap(source)
+        tap = FrameTap(source)
         try:
             sa.start(tap)
         except BaseException:
@@ -425,6 +437,8 @@ class Session:
             stream.thread.join(timeout=self.config.join_timeout_s + 2 * DRAIN_WAIT_S)
         self._drain_now(stream)
         stats = self.status()
+        if stream.target.kind == "upload" and self.uploads is not None:
+            self.uploads.discard(stream.target.spec)
         with self._cond:
             stream.closed = True
             self._stream = None
@@ -499,108 +513,3 @@ class Session:
     def _changed(self) -> None:
         self.version += 1
         self._cond.notify_all()
-
-    def _fit(self, image: np.ndarray) -> np.ndarray:
-        """An (H, W, 3) uint8 RGB image, centre-cropped to a square and resized to `frame_px` when set."""
-        image = np.asarray(image)
-        if image.ndim == 2:
-            image = np.stack([image] * 3, axis=-1)
-        if image.ndim != 3 or image.shape[2] not in (3, 4) or image.dtype != np.uint8:
-            raise SessionError(f"expected an RGB image, got shape {image.shape} dtype {image.dtype}")
-        image = image[..., :3]
-        px = self.config.frame_px
-        if px is None or image.shape[:2] == (px, px):
-            return np.ascontiguousarray(image)
-        h, w = image.shape[:2]
-        side = min(h, w)
-        top, left = (h - side) // 2, (w - side) // 2
-        square = Image.fromarray(np.ascontiguousarray(image[top:top + side, left:left + side]))
-        return np.asarray(square.resize((px, px), Image.BILINEAR))
-
-
-def alert_text(alert: dict) -> str:
-    """One line for an alert: stream time, what the model said, and why (condition, score, evidence)."""
-    evidence = ", ".join(f"{clock(a)}–{clock(b)}" for a, b in alert.get("evidence_t_s") or [])
-    score = alert.get("score")
-    why = [f"when “{alert.get('condition')}”"] + ([f"score {score:.2f}"] if isinstance(score, int | float) else []) \
-        + ([f"evidence {evidence}"] if evidence else [])
-    return f"[{clock(alert.get('t_s'))}] {alert.get('text', '')} ({', '.join(why)})"
-
-
-def model_name(model: str) -> str:
-    path = Path(model)
-    return path.name if path.is_dir() else model
-
-
-class SessionManager:
-    """Sessions by key (a gradio session hash: one per browser tab or API client), sharing one loaded adapter."""
-
-    def __init__(self, config: EngineConfig, policy: InputPolicy, adapter: VideoLLMAdapter | None = None,
-                 max_sessions: int = 4, idle_timeout_s: float = 600.0, reap_every_s: float = 10.0):
-        if max_sessions < 1 or idle_timeout_s <= 0 or reap_every_s <= 0:
-            raise ValueError(f"expected max_sessions >= 1, idle_timeout_s > 0 and reap_every_s > 0, got "
-                             f"{max_sessions}, {idle_timeout_s}, {reap_every_s}")
-        self.config, self.policy = config, policy
-        self.adapter = adapter or adapter_for(config)
-        self.max_sessions, self.idle_timeout_s = max_sessions, idle_timeout_s
-        self._sessions: dict[str, Session] = {}
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._reaper = threading.Thread(target=self._reap_loop, args=(reap_every_s,), name="streamvid-app-reaper",
-                                        daemon=True)
-        self._reaper.start()
-
-    def get(self, key: str) -> Session | None:
-        with self._lock:
-            return self._sessions.get(key)
-
-    def session(self, key: str) -> Session:
-        """The session for `key`, made on first use; SessionLimitError when all slots are taken."""
-        with self._lock:
-            s = self._sessions.get(key)
-            if s is None:
-                if len(self._sessions) >= self.max_sessions:
-                    raise SessionLimitError(f"streamvid is serving its maximum of {self.max_sessions} sessions; "
-                                            f"close another tab or try again in a few minutes")
-                s = self._sessions[key] = Session(key, self.config, self.adapter, self.policy)
-            return s
-
-    def sessions(self) -> list[Session]:
-        with self._lock:
-            return list(self._sessions.values())
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._sessions)
-
-    def close(self, key: str) -> bool:
-        with self._lock:
-            s = self._sessions.pop(key, None)
-        if s is not None:
-            s.close()
-        return s is not None
-
-    def reap(self, now_s: float | None = None) -> list[str]:
-        """Close the sessions idle for longer than idle_timeout_s at `now_s` (monotonic); returns their keys."""
-        now_s = time.monotonic() if now_s is None else now_s
-        with self._lock:
-            idle = [k for k, s in self._sessions.items() if now_s - s.last_active_s > self.idle_timeout_s]
-            closing = [self._sessions.pop(k) for k in idle]
-        for s in closing:
-            s.close()
-        return idle
-
-    def shutdown(self) -> None:
-        self._stop.set()
-        self._reaper.join(timeout=5.0)
-        with self._lock:
-            closing, self._sessions = list(self._sessions.values()), {}
-        for s in closing:
-            s.close()
-
-    def _reap_loop(self, every_s: float) -> None:
-        while not self._stop.wait(every_s):
-            try:
-                self.reap()
-            except Exception:  # one failed close must not end idle cleanup for the other sessions
-                log.exception("closing idle sessions failed")

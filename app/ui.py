@@ -3,7 +3,7 @@
     streamvid demo [--model M] [--video V] [--host 127.0.0.1] [--port 7860] [--auth USER:PASS]
 
     from streamvid_app.ui import build_demo, launch
-    demo = build_demo(manager)            # a SessionManager (streamvid_app.sessions)
+    demo = build_demo(manager)            # a SessionManager (streamvid_app.manager)
     launch(demo, host="127.0.0.1", port=7860, auth=None, max_upload_mb=200)
 
 Every callback maps onto one `Session` method; the session is keyed by gradio's session hash, so each browser tab
@@ -31,22 +31,21 @@ from dataclasses import dataclass
 
 import gradio as gr
 import gradio.utils
+from starlette.middleware import Middleware
 
+from streamvid_app import frames, validation
+from streamvid_app.chat import alert_text, clock, model_name
 from streamvid_app.inputs import VIDEO_SUFFIXES, InputRefused
-from streamvid_app.sessions import (
-    Session,
-    SessionError,
-    SessionManager,
-    alert_text,
-    clock,
-    model_name,
-    triggers_available,
-)
+from streamvid_app.login import LoginThrottle, check_password
+from streamvid_app.manager import SessionManager
+from streamvid_app.sessions import Session, SessionError, triggers_available
 
 REFRESH_S = 1.0  # how often the page's timer refreshes stats, preview, chat and timeline
 PREVIEW_PX = 224  # smaller frames are shown enlarged (nearest neighbour) in "what the assistant sees"
 _UNSEEN = {"v": -1, "f": -1, "t": None}  # what a tab has rendered: session version, frame index, trigger ids
 USER_ERRORS = (SessionError, InputRefused, ValueError, RuntimeError, OSError)
+MIN_REST_HASH = 16  # characters of a session hash that a REST call chooses itself
+ArgumentError = validation.ArgumentError
 
 
 def upload_folder() -> str:
@@ -63,6 +62,7 @@ def check_bind(host: str, auth: str | None) -> tuple[str, str] | None:
             raise ValueError(f"--auth expects USER:PASS with both parts non-empty, got {len(auth)} characters "
                              f"without that form")
         creds = (user, password)
+        check_password(user, password, loopback=_is_loopback(host))
     if creds is None and not _is_loopback(host):
         raise ValueError(f"refusing to listen on {host} without --auth USER:PASS (or STREAMVID_AUTH): anyone who "
                          f"can reach that address could use the assistant; use --host 127.0.0.1 for local use")
@@ -84,9 +84,10 @@ def launch(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = 7860, au
     if auth is None and not _is_loopback(host):
         raise ValueError(f"refusing to listen on {host} without auth")
     demo.queue(default_concurrency_limit=None)  # sessions are bounded by the manager, not by the queue
-    demo.launch(server_name=host, server_port=port, auth=auth, max_file_size=f"{int(max_upload_mb)}mb",
+    throttle = [Middleware(LoginThrottle)] if auth is not None else []
+    demo.launch(server_name=host, server_port=port, auth=auth, max_file_size=int(max_upload_mb * 2**20),
                 ssr_mode=False, show_error=True, quiet=not block, prevent_thread_lock=not block,
-                footer_links=["api"])
+                footer_links=["api"], app_kwargs={"middleware": throttle})
     return demo
 
 
@@ -135,7 +136,7 @@ def build_demo(manager: SessionManager, ask_timeout_s: float = 120.0) -> gr.Bloc
             return _render(manager, request, seen)
 
         def unload(request: gr.Request) -> None:
-            manager.close(request.session_hash)
+            manager.close(session_key(request))
 
         timer.tick(refresh, [page.seen], _outputs(page), api_visibility="private", show_progress="hidden",
                    concurrency_limit=None)
@@ -202,14 +203,38 @@ def _user_errors(fn):
     return wrapper
 
 
-def _session(manager: SessionManager, request: gr.Request) -> Session:
-    return manager.session(request.session_hash)
+def session_key(request: gr.Request) -> str:
+    """A session belongs to the login user (with auth on) and gradio's session hash, so that one user never reaches
+    another's session; a REST call (`/gradio_api/call/...`) that names its own hash must make it at least
+    MIN_REST_HASH characters long (the page's own hashes are random and are not checked)."""
+    h = request.session_hash or ""
+    url = getattr(request, "url", None)
+    if "/call/" in str(getattr(url, "path", "")) and len(h) < MIN_REST_HASH:
+        raise ArgumentError(f"session_hash must be at least {MIN_REST_HASH} random characters, got {len(h)}")
+    return f"{request.username}\n{h}" if request.username else h
+
+
+def client_of(request: gr.Request) -> str:
+    """Who holds a session, for the per-client limit: the login user, else the caller's address."""
+    if request.username:
+        return f"user:{request.username}"
+    client = getattr(request, "client", None)
+    return f"address:{getattr(client, 'host', '')}"
+
+
+def _with_session(manager: SessionManager, request: gr.Request, fn):
+    """fn(session) on this caller's session, made for the call when there is none and kept only if it succeeds."""
+    return manager.call(session_key(request), client_of(request), fn)
+
+
+def _existing(manager: SessionManager, request: gr.Request) -> Session | None:
+    return manager.get(session_key(request))
 
 
 def _wire_inputs(manager: SessionManager, inputs: dict, page: _Page, fps: float) -> None:
     @_user_errors
     def start(spec: str, request: gr.Request):
-        _session(manager, request).start(spec)
+        _with_session(manager, request, lambda s: s.start(validation.text(spec, "source")))
         return _render(manager, request, _UNSEEN)
 
     @_user_errors
@@ -220,7 +245,7 @@ def _wire_inputs(manager: SessionManager, inputs: dict, page: _Page, fps: float)
 
     @_user_errors
     def stop(request: gr.Request):
-        s = manager.get(request.session_hash)
+        s = _existing(manager, request)
         if s is not None:
             s.stop()
         return _render(manager, request, _UNSEEN)
@@ -229,7 +254,7 @@ def _wire_inputs(manager: SessionManager, inputs: dict, page: _Page, fps: float)
         if image is None:
             return
         try:
-            _session(manager, request).push_frame(image, webcam=True)
+            _with_session(manager, request, lambda s: s.push_frame(image, webcam=True))
         except USER_ERRORS as e:  # shown once per frame would flood the page: a warning toast
             gr.Warning(str(e))
 
@@ -248,8 +273,7 @@ def _wire_chat(manager: SessionManager, question: gr.Textbox, ask_btn: gr.Button
                ask_timeout_s: float) -> None:
     def ask(text: str, request: gr.Request):
         try:
-            s = _session(manager, request)
-            qid = s.ask(text)
+            s, qid = _with_session(manager, request, lambda s: (s, s.ask(validation.text(text, "question"))))
         except USER_ERRORS as e:
             raise gr.Error(str(e), print_exception=False) from e
         yield "", s.chat()
@@ -264,19 +288,21 @@ def _wire_chat(manager: SessionManager, question: gr.Textbox, ask_btn: gr.Button
 def _wire_triggers(manager: SessionManager, panel: dict, page: _Page) -> None:
     @_user_errors
     def add(condition: str, request: gr.Request):
-        _session(manager, request).watch(condition)
+        _with_session(manager, request, lambda s: s.watch(validation.text(condition, "condition")))
         return "", *_render(manager, request, _UNSEEN)
 
     @_user_errors
     def remove(trigger_id: str | None, request: gr.Request):
-        s = manager.get(request.session_hash)
+        s = _existing(manager, request)
         if trigger_id and s is not None:
             s.unwatch(trigger_id)
         return _render(manager, request, _UNSEEN)
 
     @_user_errors
     def narrate(on: bool, request: gr.Request) -> None:
-        _session(manager, request).narrate = bool(on)
+        if not isinstance(on, bool):
+            raise ArgumentError(f"narrate must be true or false, got {on!r}"[:120])
+        _with_session(manager, request, lambda s: setattr(s, "narrate", on))
 
     outs = _outputs(page)
     private = {"api_visibility": "private", "concurrency_limit": None}
@@ -288,7 +314,7 @@ def _wire_triggers(manager: SessionManager, panel: dict, page: _Page) -> None:
 
 def _render(manager: SessionManager, request: gr.Request, seen: dict) -> tuple:
     """The page's live parts for this tab's session; parts that did not change since `seen` are skipped."""
-    s = manager.get(request.session_hash)
+    s = _existing(manager, request)
     if s is None:
         return ("*Nothing is playing.*", gr.skip(), _stats_md(None), gr.skip(), gr.skip(), gr.skip(), seen)
     status = s.status()
@@ -370,7 +396,7 @@ def _api(manager: SessionManager, ask_timeout_s: float) -> None:
     """Plain endpoints for gradio_client; each client (session hash) has its own session."""
 
     def idle_stats(request: gr.Request) -> dict:
-        s = manager.get(request.session_hash)
+        s = _existing(manager, request)
         if s is not None:
             return s.status()
         return {"type": "stats", "running": False, "source": None, "model": model_name(manager.config.model),
@@ -378,40 +404,56 @@ def _api(manager: SessionManager, ask_timeout_s: float) -> None:
 
     @_user_errors
     def start(source: str, request: gr.Request, video: str | None = None) -> dict:
-        spec = video if video and not (source or "").strip() else source
-        return _session(manager, request).start(spec)
+        source = validation.text(source, "source", empty_ok=True)
+        video = validation.optional_text(video, "video")
+        spec = video if video and not source.strip() else source
+        validation.text(spec, "source")
+        return _with_session(manager, request, lambda s: s.start(spec))
 
     @_user_errors
-    def push_frame(image, request: gr.Request, t_s: float | None = None) -> dict:
+    def push_frame(image: str | None, request: gr.Request, t_s: float | None = None) -> dict:
         if image is None:
             raise SessionError("no image")
-        return _session(manager, request).push_frame(image, t_s)
+        path = validation.text(image, "image")
+        t_s = validation.stream_time(t_s)
+        try:
+            frame = frames.load(path, manager.policy.max_frame_pixels, manager.config.frame_px)
+        finally:
+            manager.uploads.discard(path)  # a pushed frame's upload is not kept
+        return _with_session(manager, request, lambda s: s.push_frame(frame, t_s))
 
     @_user_errors
     def ask(question: str, request: gr.Request) -> dict:
         """Ask about the stream so far; waits for the whole answer."""
-        s = _session(manager, request)
-        return s.wait_answer(s.ask(question), ask_timeout_s)
+        question = validation.text(question, "question")
+        s, qid = _with_session(manager, request, lambda s: (s, s.ask(question)))
+        return s.wait_answer(qid, ask_timeout_s)
 
     @_user_errors
     def watch(condition: str, request: gr.Request, fire: float | None = None, reset: float | None = None) -> dict:
         """Add a standing "tell me when ..." condition; `fire` / `reset` override the p(yes) thresholds."""
-        thresholds = {k: v for k, v in (("fire", fire), ("reset", reset)) if v is not None}
-        return {"trigger_id": _session(manager, request).watch(condition, **thresholds)}
+        condition = validation.text(condition, "condition")
+        values = (("fire", validation.optional_number(fire, "fire", 0.0, 1.0)),
+                  ("reset", validation.optional_number(reset, "reset", 0.0, 1.0)))
+        thresholds = {k: v for k, v in values if v is not None}
+        return {"trigger_id": _with_session(manager, request, lambda s: s.watch(condition, **thresholds))}
 
     @_user_errors
     def unwatch(trigger_id: str, request: gr.Request) -> dict:
         """Remove a standing condition."""
-        s = manager.get(request.session_hash)
+        trigger_id = validation.text(trigger_id, "trigger_id")
+        s = _existing(manager, request)
         removed = s.unwatch(trigger_id) if s is not None else False
         return {"type": "status", "event": "unwatched" if removed else "unknown_trigger", "trigger_id": trigger_id}
 
     @_user_errors
     def poll(cursor: int, request: gr.Request) -> dict:
         """Answers, alerts, remarks and status events since `cursor` (0 at first)."""
-        s = manager.get(request.session_hash)
+        cursor = validation.cursor(cursor)
+        s = _existing(manager, request)
         return s.poll(cursor) if s is not None else {"cursor": 0, "outputs": []}
 
+    @_user_errors
     def status(request: gr.Request) -> dict:
         """The stats of this client's stream (the keys of `streamvid run`'s stats line)."""
         return idle_stats(request)
@@ -419,13 +461,14 @@ def _api(manager: SessionManager, ask_timeout_s: float) -> None:
     @_user_errors
     def stop(request: gr.Request) -> dict:
         """Stop this client's stream; returns its final stats."""
-        s = manager.get(request.session_hash)
+        s = _existing(manager, request)
         return s.stop() if s is not None else idle_stats(request)
 
     with gr.Column(visible=False):
         source = gr.Textbox(label="source")
         video = gr.File(label="video", file_types=list(VIDEO_SUFFIXES), type="filepath")
-        image = gr.Image(label="image", type="numpy", image_mode="RGB")
+        # a file path, read by frames.load: sized from its header before anything decodes it
+        image = gr.Image(label="image", type="filepath", image_mode=None)
         t_s = gr.Number(label="t_s", value=None)
         out = gr.JSON()
         trigger_start, trigger_push = gr.Button(), gr.Button()

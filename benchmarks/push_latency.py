@@ -79,7 +79,7 @@ def http_round_trip(cfg: EngineConfig, images: list) -> dict:
     from PIL import Image
 
     from streamvid_app.inputs import InputPolicy
-    from streamvid_app.sessions import SessionManager
+    from streamvid_app.manager import SessionManager
     from streamvid_app.ui import build_demo, launch, upload_folder
 
     manager = SessionManager(cfg, InputPolicy.default([upload_folder()]))

@@ -12,31 +12,35 @@ Two semantics, chosen per source and exposed as `source.live`:
 
 All sources first resample to `fps` on the grid k/fps of stream time: a frame is kept when its time reaches
 the next grid point (frames skipped this way are sampling, not drops). `Frame.index` counts sampled frames.
-Images are (H, W, 3) uint8 RGB, converted (and resized when `size` is given) by PyAV, never by hand.
+Images are (H, W, 3) uint8 RGB, converted (and resized when `size` is given) by PyAV right after decoding,
+never by hand (streamvid.decoding). Files and URLs may be held to a frame-size cap (`max_frame_pixels`), URLs to
+public hosts (`guard`, streamvid.net_policy).
 """
 
 from __future__ import annotations
 
-import functools
-import math
 import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import av
 import numpy as np
 
+from streamvid.decoding import Sampler, decode_frames, open_container
 from streamvid.types import Frame
+
+if TYPE_CHECKING:
+    from streamvid.net_policy import UrlGuard
 
 THREAD_NAME = "streamvid-source"
 JOIN_TIMEOUT_S = 2.0
 LIVE_OPEN_TIMEOUT_S = 10.0  # PyAV gives up opening a camera/URL after this long
 LIVE_READ_TIMEOUT_S = 5.0  # ... and a blocked read after this long, so the reader thread always ends
-RECONNECT_BACKOFF_S = (0.5, 8.0)  # a lost camera/URL is reopened after 0.5 s, then 1, 2, 4, 8, 8, ... s
-_GRID_EPS_S = 1e-6  # float slack when comparing a frame time with a grid point
+RECONNECT_BACKOFF_S = (0.5, 30.0)  # a lost camera/URL is reopened after 0.5 s, then 1, 2, 4, ... 30, 30 s
+RECONNECT_HEALTHY_S = 10.0  # a connection that delivered this much stream time resets the backoff
+MAX_OUTAGE_S = 300.0  # a camera/URL without frames for this long is given up
 _URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
 
 
@@ -57,17 +61,20 @@ class FrameSource(Protocol):
         ...
 
 
-def open_source(spec: str, fps: float, realtime: bool = False, size: int | None = None) -> FrameSource:
+def open_source(spec: str, fps: float, realtime: bool = False, size: int | None = None,
+                max_frame_pixels: int | None = None) -> FrameSource:
     """A source for `spec`: "cam:N" (/dev/videoN via v4l2, live), a URL such as rtsp:// or http:// (live),
-    or a video file path (replay, or live paced to the wall clock when `realtime`)."""
+    or a video file path (replay, or live paced to the wall clock when `realtime`); frames above
+    `max_frame_pixels` (None: no cap) are refused."""
     if spec.startswith("cam:"):
         device = spec.removeprefix("cam:")
         if not device.isdigit():
             raise ValueError(f"camera spec must be cam:N with N a device number, got {spec!r}")
-        return LiveSource(f"/dev/video{device}", fps, size=size, format="v4l2", name=spec)
+        return LiveSource(f"/dev/video{device}", fps, size=size, format="v4l2", name=spec,
+                          max_frame_pixels=max_frame_pixels)
     if _URL.match(spec):
-        return LiveSource(spec, fps, size=size, name=spec)
-    return FileSource(spec, fps, realtime=realtime, size=size)
+        return LiveSource(spec, fps, size=size, name=spec, max_frame_pixels=max_frame_pixels)
+    return FileSource(spec, fps, realtime=realtime, size=size, max_frame_pixels=max_frame_pixels)
 
 
 def _check_fps_size(fps: float, size: int | None) -> None:
@@ -75,71 +82,6 @@ def _check_fps_size(fps: float, size: int | None) -> None:
         raise ValueError(f"fps must be > 0, got {fps}")
     if size is not None and size <= 0:
         raise ValueError(f"size must be a positive number of pixels or None, got {size}")
-
-
-class _Sampler:
-    """Keeps frames on the grid k/fps: accepts the first time at or past the next grid point. One thread."""
-
-    def __init__(self, fps: float) -> None:
-        self._period_s = 1.0 / fps
-        self._k = 0  # index of the next grid point
-
-    def take(self, t_s: float) -> bool:
-        if t_s < self._k * self._period_s - _GRID_EPS_S:
-            return False
-        # Past a gap in the stream, jump to the first grid point after t_s instead of catching up.
-        self._k = max(self._k + 1, math.floor(t_s / self._period_s + _GRID_EPS_S) + 1)
-        return True
-
-
-def _open(target: str, name: str, **kwargs):
-    """An open PyAV container that has a video stream, decoded with frame threads; ValueError otherwise."""
-    try:
-        container = av.open(target, **kwargs)
-    except av.error.FFmpegError as e:
-        raise ValueError(f"cannot open {name}: {e}") from e
-    if not container.streams.video:
-        container.close()
-        raise ValueError(f"no video stream in {name}")
-    container.streams.video[0].thread_type = "AUTO"
-    return container
-
-
-def _to_rgb(frame: av.VideoFrame, size: int | None) -> np.ndarray:
-    if size is None:
-        return frame.to_ndarray(format="rgb24")
-    return frame.to_ndarray(format="rgb24", width=size, height=size)
-
-
-def _decode(container, fps: float, size: int | None, name: str, origin_s: float | None = None,
-            end_s: float | None = None) -> Iterator[Frame]:
-    """Sampled RGB frames of the first video stream of an open container (which the caller closes).
-
-    Stream time is the frame's pts in seconds minus `origin_s`, or minus the first frame's pts when
-    `origin_s` is None (live). Frames before the origin are skipped, decoding stops at `end_s`. A frame
-    without pts gets the previous time + 1/rate for a file, the wall clock since decoding started when live.
-    """
-    stream = container.streams.video[0]
-    frame_period_s = 1.0 / float(stream.average_rate) if stream.average_rate else 0.0
-    sampler, index, t_s = _Sampler(fps), 0, -frame_period_s
-    live, started_s = origin_s is None, time.monotonic()
-    try:
-        for frame in container.decode(stream):
-            if frame.time is None:
-                t_s = time.monotonic() - started_s if live else t_s + frame_period_s
-            else:
-                if origin_s is None:
-                    origin_s = frame.time
-                t_s = frame.time - origin_s
-            if t_s < -_GRID_EPS_S:  # decoded from the keyframe before the seek target
-                continue
-            if end_s is not None and t_s >= end_s - _GRID_EPS_S:
-                return
-            if sampler.take(t_s):
-                yield Frame(image=_to_rgb(frame, size), t_s=max(t_s, 0.0), index=index)
-                index += 1
-    except av.error.FFmpegError as e:
-        raise ValueError(f"cannot decode {name}: {e}") from e
 
 
 class _LatestSlot:
@@ -283,25 +225,26 @@ class FileSource(_Source):
     ~0.0), not the grid time. Replay (`realtime=False`): every sampled frame in order, `live=False`;
     `read`/`close` from one consumer thread. `realtime=True`: a reader thread paces frames to the wall clock
     and the source is live (latest frame wins, `dropped` counts); `read` from one consumer thread, `close`
-    from any thread. A missing, unreadable or undecodable file raises ValueError.
+    from any thread. A missing, unreadable or undecodable file raises ValueError; one whose frames are larger
+    than `max_frame_pixels` (None: no cap) raises FrameTooLarge before a frame is decoded.
     """
 
     def __init__(self, path: str | Path, fps: float, realtime: bool = False, t_start_s: float = 0.0,
-                 t_end_s: float | None = None, size: int | None = None) -> None:
+                 t_end_s: float | None = None, size: int | None = None, max_frame_pixels: int | None = None) -> None:
         _check_fps_size(fps, size)
         if t_start_s < 0 or (t_end_s is not None and t_end_s <= t_start_s):
             raise ValueError(f"expected 0 <= t_start_s < t_end_s, got t_start_s={t_start_s}, t_end_s={t_end_s}")
         if not Path(path).is_file():
             raise ValueError(f"video file not found: {path}")
         self.path, self.live = str(path), realtime
-        container = _open(self.path, f"video file {path}")
+        container = open_container(self.path, f"video file {path}", max_frame_pixels)
         stream = container.streams.video[0]
         stream_start_s = float(stream.start_time * stream.time_base) if stream.start_time is not None else 0.0
         origin_s = stream_start_s + t_start_s
         if t_start_s > 0:
             container.seek(int(origin_s / stream.time_base), stream=stream)  # lands on a keyframe at or before
         end_s = None if t_end_s is None else t_end_s - t_start_s
-        frames = _decode(container, fps, size, self.path, origin_s, end_s)
+        frames = decode_frames(container, fps, size, self.path, origin_s, end_s, max_frame_pixels=max_frame_pixels)
         if realtime:  # the reader thread closes the container when it ends
             self._impl = _Pump(frames, self.path, pace=True, on_exit=container.close)
         else:
@@ -311,77 +254,124 @@ class FileSource(_Source):
 class LiveSource(_Source):
     """A camera device or URL opened with PyAV and decoded continuously by a reader thread; live.
 
-    Stream time = pts minus the first frame's pts (wall clock since open when pts is missing). Thread
-    contract: `read` from one consumer thread, `close` from any thread; the container is opened, used and closed
-    only by the reader thread (after the first open, here). Errors while opening the first time raise ValueError
-    here.
+    Stream time = pts minus the first frame's pts (`clock()` since open when pts is missing). Thread contract:
+    `read` from one consumer thread, `close` from any thread; the container is opened, used and closed only by
+    the reader thread (after the first open, here). Errors while opening the first time raise ValueError here.
+    `guard` (a `net_policy.UrlGuard`) checks the URL's host before every open and fetches http(s) resources,
+    nested ones included, itself; `max_frame_pixels` refuses larger frames (see FileSource).
 
     Drops: a stream that fails while decoding, stalls for LIVE_READ_TIMEOUT_S, or ends although it declares no
     duration (a camera, a live RTSP/HTTP stream) is lost, not ended: with `reconnect` (the default) the reader
-    reopens it with exponential backoff (`backoff_s` = first and longest wait) until it is back or the source is
-    closed. Stream time goes on through the gap (the first frame after it sits at the time of the last frame
-    plus the wall time in between) and `Frame.index` continues. `on_status(event, t_s, info)`, when set before
-    frames flow, is called on the reader thread with "source_lost" (t_s: when the loss was noticed; info:
-    "reason") and "source_back" (t_s: where the stream resumes; info: "gap_s"); `outages` and `lost_s` count
-    them. A stream with a duration (a video file served over HTTP) ends at its end. Without `reconnect`, a
-    decoding error is re-raised by `read`.
+    reopens it after `sleep(delay_s)`, the delay doubling from `backoff_s[0]` up to `backoff_s[1]` across failed
+    opens and across connections that fail again soon; a connection that delivered RECONNECT_HEALTHY_S of stream
+    time resets it. An outage (from the loss to the next frame) longer than `max_outage_s` (None: no limit)
+    ends the stream: `read` returns None once drained. Stream time goes on through a gap (the first frame after
+    it sits at the time of the last frame plus the `clock()` time in between) and `Frame.index` continues.
+
+    `on_status(event, t_s, info)`, when set before frames flow, is called on the reader thread with
+    "source_lost" (t_s: when the loss was noticed; info: "reason"), "source_back" (at the first frame after
+    an outage; t_s: where the stream resumes; info: "gap_s") and, when it gives up, "source_lost" again with
+    info "reason" and "gave_up": True. `outages` and `lost_s` count them. A stream with a duration (a video file
+    served over HTTP) ends at its end. Without `reconnect`, a decoding error is re-raised by `read`.
+
+    `clock()` (monotonic seconds) and `sleep(seconds)` (True when the wait was cut short and the reader should
+    stop) default to `time.monotonic` and a wait that `close` interrupts; tests pass their own.
     """
 
     live = True
 
     def __init__(self, url: str, fps: float, size: int | None = None, format: str | None = None,
                  options: dict[str, str] | None = None, name: str | None = None, reconnect: bool = True,
-                 backoff_s: tuple[float, float] = RECONNECT_BACKOFF_S) -> None:
+                 backoff_s: tuple[float, float] = RECONNECT_BACKOFF_S, max_outage_s: float | None = MAX_OUTAGE_S,
+                 max_frame_pixels: int | None = None, guard: UrlGuard | None = None,
+                 clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], bool] | None = None) -> None:
         _check_fps_size(fps, size)
         if not 0 < backoff_s[0] <= backoff_s[1]:
             raise ValueError(f"backoff_s must be (first, longest) with 0 < first <= longest, got {backoff_s}")
-        self.name = name or url
-        self._open = functools.partial(_open, url, self.name, format=format, options=options or {},
-                                       timeout=(LIVE_OPEN_TIMEOUT_S, LIVE_READ_TIMEOUT_S))
-        self._container = self._open()
+        if max_outage_s is not None and not max_outage_s > 0:
+            raise ValueError(f"max_outage_s must be > 0 or None, got {max_outage_s}")
+        self.url, self.name, self.guard = url, name or url, guard
+        self.backoff_s, self.max_outage_s, self.max_frame_pixels = backoff_s, max_outage_s, max_frame_pixels
+        self._format, self._options = format, dict(options or {})
+        self._halt = threading.Event()
+        self._clock, self._sleep = clock, sleep or self._halt.wait
+        self._container = self._connect()
         self.finite = self._container.duration is not None
         self.on_status: Callable[[str, float, dict], None] | None = None
         self.outages = 0  # times the stream was lost
         self.lost_s = 0.0  # stream seconds without frames because of outages (up to the last "source_back")
-        self._backoff_s = backoff_s
-        self._halt = threading.Event()
-        frames = self._reconnecting(fps, size) if reconnect else _decode(self._container, fps, size, self.name)
+        frames = self._reconnecting(fps, size) if reconnect else decode_frames(
+            self._container, fps, size, self.name, clock=clock, max_frame_pixels=max_frame_pixels)
         self._impl = _Pump(frames, self.name, pace=False, on_exit=lambda: self._container.close())
+
+    def _connect(self):
+        """A fresh container for the URL (checked by the guard, when there is one); ValueError when it fails."""
+        target, kwargs = self.url, {"format": self._format, "options": dict(self._options),
+                                    "timeout": (LIVE_OPEN_TIMEOUT_S, LIVE_READ_TIMEOUT_S)}
+        if self.guard is not None:
+            try:
+                target, extra = self.guard.prepare(self.url)
+            except OSError as e:  # an http(s) URL that does not answer (a refused one raises AddressRefused)
+                raise ValueError(f"cannot open {self.name}: {e}") from None
+            kwargs["options"].update(extra.pop("options", {}))
+            kwargs["format"] = extra.pop("format", None) or self._format
+            kwargs.update(extra)
+        return open_container(target, self.name, self.max_frame_pixels, **kwargs)
 
     def _reconnecting(self, fps: float, size: int | None) -> Iterator[Frame]:
         """Frames of every connection in turn, on one clock and one index (reader thread only)."""
         base_t_s, base_index = 0.0, 0  # where the current connection's own time and index start
         last: Frame | None = None
-        last_wall_s = time.monotonic()
+        last_wall_s = self._clock()
+        delay_s = self.backoff_s[0]  # the next wait before reopening
+        lost_t_s, outage_start_s = None, 0.0  # stream time and clock() of the current outage's start, if any
+
+        def now_t_s() -> float:
+            return (last.t_s if last is not None else base_t_s) + self._clock() - last_wall_s
+
         while True:
-            reason = "the stream ended"
+            reason, span = "the stream ended", None  # span: (first, last) stream time of this connection
             try:
-                for frame in _decode(self._container, fps, size, self.name):
+                for frame in decode_frames(self._container, fps, size, self.name, clock=self._clock,
+                                           max_frame_pixels=self.max_frame_pixels):
+                    if lost_t_s is not None:  # the first frame after an outage: the stream is back
+                        back_t_s = now_t_s()
+                        self.lost_s += back_t_s - lost_t_s
+                        base_t_s, base_index = back_t_s, (last.index + 1 if last is not None else base_index)
+                        self._status("source_back", back_t_s, {"gap_s": round(back_t_s - lost_t_s, 3)})
+                        lost_t_s = None
                     last = Frame(frame.image, base_t_s + frame.t_s, base_index + frame.index)
-                    last_wall_s = time.monotonic()
+                    last_wall_s = self._clock()
+                    span = (span[0] if span else last.t_s, last.t_s)
                     yield last
-            except ValueError as e:  # a decoding error or a stalled read
+            except ValueError as e:  # a decoding error, a stalled read, a refused nested URL
                 reason = str(e)
             else:
                 if self.finite:
                     return
-            lost_t_s = (last.t_s if last is not None else base_t_s) + time.monotonic() - last_wall_s
-            self.outages += 1
-            self._status("source_lost", lost_t_s, {"reason": reason})
             self._container.close()
-            delay_s = self._backoff_s[0]
+            if span is not None and span[1] - span[0] >= RECONNECT_HEALTHY_S:
+                delay_s = self.backoff_s[0]
+            if lost_t_s is None:  # a new outage (else a reopened connection failed before its first frame)
+                lost_t_s, outage_start_s = now_t_s(), self._clock()
+                self.outages += 1
+                self._status("source_lost", lost_t_s, {"reason": reason})
             while True:
-                if self._halt.wait(delay_s):
+                left_s = None if self.max_outage_s is None else self.max_outage_s - (self._clock() - outage_start_s)
+                if left_s is not None and left_s <= 0:
+                    self._status("source_lost", now_t_s(), {
+                        "reason": f"no frames for {self.max_outage_s:g} s, given up: {reason}", "gave_up": True})
+                    return
+                wait_s = delay_s if left_s is None else min(delay_s, left_s)
+                delay_s = min(2 * delay_s, self.backoff_s[1])
+                if self._sleep(wait_s) or self._halt.is_set():
                     return
                 try:
-                    self._container = self._open()
+                    self._container = self._connect()
                     break
-                except ValueError:
-                    delay_s = min(2 * delay_s, self._backoff_s[1])
-            back_t_s = (last.t_s if last is not None else base_t_s) + time.monotonic() - last_wall_s
-            self.lost_s += back_t_s - lost_t_s
-            base_t_s, base_index = back_t_s, (last.index + 1 if last is not None else base_index)
-            self._status("source_back", back_t_s, {"gap_s": round(back_t_s - lost_t_s, 3)})
+                except ValueError as e:
+                    reason = str(e)
 
     def _status(self, event: str, t_s: float, info: dict) -> None:
         if self.on_status is not None:
@@ -409,7 +399,7 @@ class PushSource(_Source):
             raise ValueError(f"max_age_s must be > 0 or None, got {max_age_s}")
         self._impl = _LatestSlot("push source", max_age_s)
         self._lock = threading.Lock()  # guards the sampler, the index and the first push time
-        self._sampler = _Sampler(fps)
+        self._sampler = Sampler(fps)
         self._index = 0
         self._first_push_s: float | None = None
 

@@ -16,7 +16,8 @@ from PIL import Image
 
 from streamvid.assets import DEMO_VIDEOS
 from streamvid_app.inputs import InputPolicy
-from streamvid_app.sessions import SessionManager, triggers_available
+from streamvid_app.manager import SessionManager
+from streamvid_app.sessions import triggers_available
 from streamvid_app.ui import build_demo, check_bind, launch, upload_folder
 from streamvid.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
@@ -38,7 +39,8 @@ def wait_until(condition, timeout_s: float = 60.0, what: str = "condition") -> N
 
 @pytest.fixture(scope="module")
 def server():
-    manager = SessionManager(CONFIG, InputPolicy.default([upload_folder()]), max_sessions=4)
+    # every client here comes from 127.0.0.1, and REST clients leave their sessions open until they idle out
+    manager = SessionManager(CONFIG, InputPolicy.default([upload_folder()]), max_sessions=8, max_sessions_per_client=8)
     demo = launch(build_demo(manager, ask_timeout_s=120.0), port=None, block=False)
     yield demo.local_url, manager
     manager.shutdown()
@@ -225,14 +227,15 @@ def test_auth_is_required_when_set(server):
 
 def test_binding_beyond_loopback_needs_auth():
     assert check_bind("127.0.0.1", None) is None and check_bind("::1", None) is None
-    assert check_bind("0.0.0.0", "u:p") == ("u", "p")
+    assert check_bind("0.0.0.0", "u:a-long-password") == ("u", "a-long-password")
     for host in ("0.0.0.0", "192.168.1.5", "example.org"):
         with pytest.raises(ValueError, match=f"refusing to listen on {host} without --auth"):
             check_bind(host, None)
     with pytest.raises(ValueError, match="USER:PASS"):
         check_bind("127.0.0.1", "nopassword")
     p = subprocess.run([sys.executable, "-m", "streamvid.cli", "demo", "--host", "0.0.0.0"], check=False,
-                       capture_output=True, text=True, timeout=120, env={k: v for k, v in os.environ.items() if k != "STREAMVID_AUTH"})
+                       capture_output=True, text=True, timeout=120,
+                       env={k: v for k, v in os.environ.items() if k != "STREAMVID_AUTH"})
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.strip().count("\n") == 0 and "refusing to listen on 0.0.0.0 without --auth" in p.stderr
 

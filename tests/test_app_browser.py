@@ -20,7 +20,7 @@ import pytest
 
 from streamvid.assets import DEMO_VIDEOS
 from streamvid_app.inputs import InputPolicy
-from streamvid_app.sessions import SessionManager
+from streamvid_app.manager import SessionManager
 from streamvid.config import EngineConfig
 from streamvid.sources import FileSource
 

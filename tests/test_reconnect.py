@@ -1,5 +1,6 @@
 """Live sources that drop: a real MJPEG-over-HTTP server on 127.0.0.1 is stopped and started again; the source
-reports the loss, reopens with backoff, and the stream (and the session on it) goes on with its clock running."""
+reports the loss, reopens with backoff, and the stream (and the session on it) goes on with its clock running.
+Backoff and giving up are checked on an injected clock: the waits are asserted, not timed."""
 
 from __future__ import annotations
 
@@ -14,13 +15,14 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import av
 import numpy as np
 import pytest
 from PIL import Image
 
 from streamvid.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
-from streamvid.sources import THREAD_NAME, LiveSource, open_source
+from streamvid.sources import RECONNECT_BACKOFF_S, RECONNECT_HEALTHY_S, THREAD_NAME, LiveSource, open_source
 
 WAIT_S = 60.0  # generous bound for events on a loaded machine
 
@@ -97,7 +99,7 @@ def test_a_dropped_stream_is_reopened_and_its_clock_goes_on(server):
     events: queue.Queue = queue.Queue()
     source = open_source(server.url, fps=5.0)
     assert isinstance(source, LiveSource) and not source.finite
-    source._backoff_s = (0.1, 0.4)
+    source.backoff_s = (0.1, 0.4)
     source.on_status = lambda event, t_s, info: events.put((event, t_s, info))
     before = _read_n(source, 5)
     server.stop()
@@ -191,9 +193,9 @@ def test_streamvid_run_on_a_url_that_drops_comes_back_by_itself(tiny_model_dir, 
 
 
 def test_the_web_app_source_passes_the_events_through(server):
-    from streamvid_app.sessions import _Tap
+    from streamvid_app.sessions import FrameTap
 
-    tap = _Tap(LiveSource(server.url, fps=5.0, backoff_s=(0.1, 0.4)))
+    tap = FrameTap(LiveSource(server.url, fps=5.0, backoff_s=(0.1, 0.4)))
     events: queue.Queue = queue.Queue()
     tap.on_status = lambda event, t_s, info: events.put(event)  # what the assistant sets on the app's source
     _read_n(tap, 3)
@@ -205,3 +207,128 @@ def test_the_web_app_source_passes_the_events_through(server):
     _read_n(tap, 3)
     assert tap.outages == 1 and tap.lost_s > 0
     tap.close()
+
+
+# ---- backoff and giving up, on an injected clock ---------------------------------------------------------------
+def ts_clip(seconds: float, fps: int = 4, px: int = 32) -> bytes:
+    """An MPEG-TS clip (pts on every frame, so its stream time does not depend on the wall clock)."""
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mpegts") as c:
+        s = c.add_stream("libx264", rate=fps)
+        s.width = s.height = px
+        s.pix_fmt, s.options = "yuv420p", {"g": str(fps)}
+        for i in range(int(seconds * fps)):
+            c.mux(s.encode(av.VideoFrame.from_ndarray(np.full((px, px, 3), i % 256, np.uint8), format="rgb24")))
+        c.mux(s.encode())
+    return buf.getvalue()
+
+
+class PlanServer:
+    """HTTP on 127.0.0.1 whose k-th request gets plan[k] (the last entry repeats): "long" (30 s of video), "short"
+    (3 s), "2GB" (3 s under a 2 GB Content-Length, then the connection closes) or "404"; a request for a later
+    byte range gets 416. Each response ends by closing the connection; the first waits for `gate` first, so a test
+    can set `on_status` before anything happens."""
+
+    def __init__(self, plan: list[str]):
+        self.plan, self.requests, self.gate = plan, 0, threading.Event()
+        clips = {"long": ts_clip(30), "short": ts_clip(3)}
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                if self.headers.get("Range", "bytes=0-") != "bytes=0-":  # a seek is no new connection of the plan
+                    self.send_error(416)
+                    return
+                k, outer.requests = outer.requests, outer.requests + 1
+                kind = outer.plan[min(k, len(outer.plan) - 1)]
+                if kind == "404":
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "video/mp2t")
+                if kind == "2GB":
+                    self.send_header("Content-Length", str(2 * 2**30))
+                self.end_headers()
+                self.wfile.write(clips["long" if kind == "long" else "short"])
+                self.wfile.flush()
+                if k == 0:
+                    outer.gate.wait(WAIT_S)
+
+            def log_message(self, *args):
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._server.server_port}/live.ts"
+        threading.Thread(target=self._server.serve_forever, name="test-plan", daemon=True).start()
+
+    def stop(self) -> None:
+        self.gate.set()
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class FakeTime:
+    """`clock` and `sleep` for a LiveSource: sleeping records the wait and moves the clock on at once; after
+    `stop_after` waits, sleep says stop."""
+
+    def __init__(self, stop_after: int = 1000):
+        self.now, self.waits, self.stop_after, self.done = 1000.0, [], stop_after, threading.Event()
+
+    def clock(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> bool:
+        self.waits.append(seconds)
+        self.now += seconds
+        if len(self.waits) >= self.stop_after:
+            self.done.set()
+            return True
+        return False
+
+
+def test_reopening_backs_off_across_connections_that_fail_soon_and_resets_after_a_healthy_one():
+    server = PlanServer(["long", "short", "short", "2GB", "long", "short", "short"])
+    fake = FakeTime(stop_after=7)
+    try:
+        source = LiveSource(server.url, fps=2.0, clock=fake.clock, sleep=fake.sleep)
+        events: list = []
+        source.on_status = lambda event, t_s, info: events.append(event)
+        server.gate.set()
+        assert fake.done.wait(WAIT_S)
+        source.close()
+    finally:
+        server.stop()
+    assert RECONNECT_BACKOFF_S == (0.5, 30.0) and RECONNECT_HEALTHY_S == 10.0
+    # 30 s of frames were healthy: 0.5 s; then each connection that failed within 3 s (or did not open): doubled;
+    # the second 30 s connection resets the wait again
+    assert fake.waits == [0.5, 1.0, 2.0, 4.0, 0.5, 1.0, 2.0]
+    assert events[0] == "source_lost" and "source_back" in events
+
+
+def test_a_stream_without_frames_for_max_outage_s_is_given_up_with_a_status():
+    server = PlanServer(["long", "404"])
+    fake = FakeTime()
+    try:
+        source = LiveSource(server.url, fps=2.0, clock=fake.clock, sleep=fake.sleep, max_outage_s=100.0)
+        events: queue.Queue = queue.Queue()
+        source.on_status = lambda event, t_s, info: events.put((event, t_s, info))
+        server.gate.set()
+        frames, deadline = [], time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:  # latest-frame reads until the stream ends (None)
+            try:
+                if (frame := source.read(timeout_s=1.0)) is None:
+                    break
+                frames.append(frame)
+            except TimeoutError:
+                continue
+        source.close()
+    finally:
+        server.stop()
+    assert frames and source.read() is None, "a source that gave up has ended"
+    assert fake.waits == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 8.5]  # up to 100 s in all, then no more tries
+    lost = [events.get_nowait() for _ in range(events.qsize())]
+    assert [e for e, _, _ in lost] == ["source_lost", "source_lost"] and source.outages == 1
+    assert lost[1][2]["gave_up"] is True and lost[1][2]["reason"].startswith("no frames for 100 s, given up: ")
+    assert lost[1][1] == pytest.approx(lost[0][1] + 100.0)
+    assert server.requests == 1 + 9  # the first connection, then one try after each wait

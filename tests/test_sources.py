@@ -13,6 +13,9 @@ import av
 import numpy as np
 import pytest
 
+import streamvid.decoding
+import streamvid.sources
+from streamvid.decoding import FrameTooLarge
 from streamvid.sources import FileSource, LiveSource, PushSource, SyntheticSource, open_source
 from streamvid.types import Frame
 
@@ -241,3 +244,42 @@ def test_real_video_from_gradio(size):
     assert frames[0].image.shape == ((270, 480, 3) if size is None else (size, size, 3))
     assert all(b.t_s - a.t_s == pytest.approx(1.0, abs=0.05) for a, b in zip(frames, frames[1:]))
     assert_no_source_threads()
+
+
+# ---- frame-size cap ----------------------------------------------------------------------------------------------
+def test_a_video_above_the_frame_pixel_cap_is_refused_before_any_frame_is_decoded(video, monkeypatch):
+    decoders = []
+    monkeypatch.setattr(streamvid.sources, "decode_frames", lambda *args, **kwargs: decoders.append(args))
+    with pytest.raises(FrameTooLarge) as refused:
+        FileSource(video, fps=2, max_frame_pixels=VIDEO_PX * VIDEO_PX - 1)
+    assert str(refused.value) == "video frames are 64x64 = 4096 pixels, above the 4095-pixel cap (--max-frame-pixels)"
+    assert decoders == [], "refused from the declared size, before a decoder was started"
+    monkeypatch.undo()
+    source = FileSource(video, fps=2, size=16, max_frame_pixels=VIDEO_PX * VIDEO_PX)  # at the cap: allowed
+    frames = read_all(source)
+    source.close()
+    assert len(frames) == 6 and all(f.image.shape == (16, 16, 3) for f in frames)
+
+
+def test_a_url_above_the_frame_pixel_cap_is_refused(video):
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(video.parent))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, name="test-http", daemon=True).start()
+    try:
+        with pytest.raises(FrameTooLarge, match=r"^video frames are 64x64 = 4096 pixels, above the 1000-pixel cap"):
+            open_source(f"http://127.0.0.1:{server.server_port}/{video.name}", fps=5, max_frame_pixels=1000)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert_no_source_threads()
+
+
+def test_only_sampled_frames_are_converted_and_straight_to_the_model_size(video, monkeypatch):
+    calls, to_rgb = [], streamvid.decoding.to_rgb
+    monkeypatch.setattr(streamvid.decoding, "to_rgb", lambda frame, size: calls.append((frame.width, size))
+                        or to_rgb(frame, size))
+    source = FileSource(video, fps=2, size=16)
+    frames = read_all(source)
+    source.close()
+    # one swscale pass per kept frame, from the decoded 64x64 frame to 16x16; the 24 skipped frames never convert
+    assert calls == [(VIDEO_PX, 16)] * len(frames) and len(frames) == 6

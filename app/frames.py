@@ -1,0 +1,66 @@
+"""Still frames sent to the app (webcam, `/push_frame`): sized before they are decoded, made square and small early.
+
+    cap_decoded_pixels(16_777_216)          # once per process: PIL refuses larger images when it reads the header
+    image = load("frame.png", max_pixels=16_777_216, px=112)   # (112, 112, 3) uint8 RGB, or FrameRefused
+    image = fit(array, px=112)              # centre-cropped square, resized; FrameRefused when not an RGB image
+
+A frame larger than the cap is refused from its header alone (PIL reads the size without decoding); a JPEG is
+decoded at a reduced scale when the model's frame is much smaller (PIL's draft mode).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+DEFAULT_MAX_FRAME_PIXELS = 4096 * 4096
+
+
+class FrameRefused(ValueError):
+    """A frame that is not an image, or is larger than the pixel cap; the message says which."""
+
+
+def cap_decoded_pixels(max_pixels: int) -> None:
+    """Make PIL refuse (DecompressionBombError) any image above `max_pixels` as soon as its header is read,
+    wherever it is opened in this process (the web framework decodes webcam frames itself)."""
+    Image.MAX_IMAGE_PIXELS = max(1, max_pixels // 2)  # PIL errors above twice this value, warns above it
+
+
+def check_size(width: int, height: int, max_pixels: int) -> None:
+    if width * height > max_pixels:
+        raise FrameRefused(f"the frame is {width}x{height} = {width * height / 1e6:.1f} MP, above the "
+                           f"{max_pixels / 1e6:.1f} MP cap (--max-frame-pixels)")
+
+
+def load(path: str, max_pixels: int, px: int | None) -> np.ndarray:
+    """The image file at `path` as (H, W, 3) uint8 RGB, square and `px` wide when `px` is set."""
+    try:
+        with Image.open(path) as im:
+            check_size(*im.size, max_pixels)
+            if px is not None:
+                im.draft("RGB", (px, px))  # JPEG: decode at 1/2, 1/4 or 1/8 scale, still at least px wide
+            rgb = im.convert("RGB")
+    except FrameRefused:
+        raise
+    except Image.DecompressionBombError:
+        raise FrameRefused(f"the frame is above the {max_pixels / 1e6:.1f} MP cap (--max-frame-pixels)") from None
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
+        raise FrameRefused(f"not a readable image ({type(e).__name__})") from None
+    return fit(np.asarray(rgb), px)
+
+
+def fit(image, px: int | None) -> np.ndarray:
+    """An (H, W, 3) uint8 RGB image, centre-cropped to a square and resized to `px` when set."""
+    image = np.asarray(image)
+    if image.ndim == 2:
+        image = np.stack([image] * 3, axis=-1)
+    if image.ndim != 3 or image.shape[2] not in (3, 4) or image.dtype != np.uint8:
+        raise FrameRefused(f"expected an RGB image, got shape {image.shape} dtype {image.dtype}")
+    image = image[..., :3]
+    if px is None or image.shape[:2] == (px, px):
+        return np.ascontiguousarray(image)
+    h, w = image.shape[:2]
+    side = min(h, w)
+    top, left = (h - side) // 2, (w - side) // 2
+    square = Image.fromarray(np.ascontiguousarray(image[top:top + side, left:left + side]))
+    return np.asarray(square.resize((px, px), Image.BILINEAR))
