@@ -340,6 +340,12 @@ class Session:
         with self._cond:
             return list(self._alerts)
 
+    @property
+    def assistant(self) -> StreamingAssistant | None:
+        """The running stream's assistant, if a stream runs."""
+        with self._cond:
+            return self._stream.sa if self._stream is not None else None
+
     def latest_frame(self) -> Frame | None:
         with self._cond:
             return self._stream.tap.last if self._stream is not None else None

@@ -55,12 +55,12 @@ def logit_errors(adapter, sa: StreamingAssistant, qs, kind: str, keep: float) ->
         if not blocks:
             continue
         compact = [StoredBlock.of(b, kind, keep).to_block() for b in blocks]
-        ids = adapter._ids(adapter.prompt(text))
+        ids = adapter.token_ids(adapter.prompt(text))
         logits = []
         for retrieved in (blocks, compact):
             ctx = layout(snap.sinks, retrieved, snap.blocks, adapter.positions)
             with torch.inference_mode():
-                logits.append(adapter._forward(ids, adapter._text_positions(ctx.next_pos, ids.shape[1]), ctx)[0][0, -1])
+                logits.append(adapter.forward(ids, adapter.text_positions(ctx.next_pos, ids.shape[1]), ctx)[0][0, -1])
         out.append((float((logits[0] - logits[1]).abs().max()), int(logits[0].argmax()) == int(logits[1].argmax())))
     return out
 

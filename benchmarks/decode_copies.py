@@ -19,8 +19,8 @@ import time
 import torch
 from transformers import DynamicCache
 
-from streamvid.adapters.base import Context
-from streamvid.adapters.random_arch import random_adapter
+from streamvid.types import Context
+from streamvid.checkpoints.random_arch import random_adapter
 
 
 def _context(adapter, n: int) -> Context:
@@ -52,7 +52,7 @@ def _reference(adapter, ctx: Context, prompt: torch.Tensor, new: int) -> tuple[l
 
 def _engine(adapter, ctx: Context, prompt: torch.Tensor, new: int) -> tuple[list[int], list[float]]:
     """The adapter's own loop (HFAdapter.generate_ids without stop tokens)."""
-    adapter._stop_ids = set()
+    adapter.stop_ids = set()
     out, times = [], []
     t0 = time.perf_counter()
     for token in adapter.generate_ids(ctx, adapter.tokenizer.decode(prompt[0]), new):
@@ -78,7 +78,7 @@ def main(argv=None) -> dict:
     p.add_argument("--device", default="cpu")
     args = p.parse_args(argv)
     adapter = random_adapter(args.arch, args.layers, device=args.device)
-    prompt = adapter._ids(adapter.prompt("What happened?"))
+    prompt = adapter.token_ids(adapter.prompt("What happened?"))
     rows = {}
     for n in args.tokens:
         ctx = _context(adapter, n)

@@ -22,7 +22,7 @@ import time
 import numpy as np
 import torch
 
-from streamvid.adapters.random_arch import random_adapter
+from streamvid.checkpoints.random_arch import random_adapter
 from streamvid.kv_window import Block, KVWindow
 from streamvid.positions import concat
 from streamvid.window_buffer import WindowBuffer

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from streamvid.adapters.base import Context, adapter_for
+from streamvid.adapters.base import adapter_for
 from streamvid.config import BUNDLED_MODEL, EngineConfig
 from streamvid.embedders import make_embedder
 from streamvid.eval.recall import _frames
@@ -38,6 +38,7 @@ from streamvid.eval.score import load_episodes
 from streamvid.sources import FileSource
 from streamvid.synth.questions import frames_show, mentions
 from streamvid.synth.world import Timeline
+from streamvid.types import Context
 
 TASKS = ("backward_colour", "backward_shape")
 

@@ -241,6 +241,12 @@ class StreamingAssistant:
             ends.append(self.ingest.latest_t_s + 1.0 / self.config.fps)
         return max(ends)
 
+    def reasoner(self, config: EngineConfig, memory: bool = True) -> ReasoningWorker:
+        """Another reasoning worker on this stream (its window, its memory unless `memory` is False, question
+        queue and outputs) answering with `config`: how bench answers the same window with and without retrieval."""
+        return ReasoningWorker(config, self.adapter, self.window, self.memory if memory else None, self.questions,
+                               self._outputs, self._stop, self.embedder)
+
     @property
     def latest_t_s(self) -> float:
         """Stream time of the newest frame taken in (where this run started, before its first frame)."""
@@ -266,7 +272,22 @@ class StreamingAssistant:
         a crash at any point leaves the previous snapshot there loadable. Returns what was written
         (session_store.save). Frames of a chunk not yet encoded are not part of the snapshot."""
         with self._save_lock:
-            return session_store.save(self, directory)
+            return session_store.save(self.stream_state, directory)
+
+    def stream_state(self, memory_folder: Path) -> session_store.StreamState:
+        """The stream at one cut, for a snapshot: window, clock, block ids and dialogue, with long-term memory
+        written into `memory_folder` (created) at the same cut. Ingest waits meanwhile, so no block moves
+        between the window and memory while both are read."""
+        with self.ingest.lock:
+            snap = self.window.snapshot()
+            if self.memory is not None:
+                memory_folder.mkdir()
+                self.memory.snapshot(memory_folder)
+            return session_store.StreamState(
+                config=self.config, embedder=(self.embedder.name, self.embedder.dim), sinks=snap.sinks,
+                blocks=tuple(snap.blocks), stream_t_s=self.stream_t_s, next_block_id=self.ingest.next_block_id,
+                dialogue=tuple(tuple(turn) for turn in self.reasoning.dialogue.copy()),
+                memory_blocks=len(self.memory) if self.memory is not None else None)
 
     @classmethod
     def resume(cls, directory: str | Path, config: EngineConfig | None = None,

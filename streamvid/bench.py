@@ -16,7 +16,7 @@ In one run, side by side:
   `generate` for each question (N = 16, 32, 64), time to its first token.
 
 Speed does not depend on weight values, so `--arch 3b|7b` builds the architecture with random weights
-(adapters/random_arch.py). `--json` prints one object (see `summary`); `--out DIR` writes the full report.
+(checkpoints/random_arch.py). `--json` prints one object (see `summary`); `--out DIR` writes the full report.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def load(cfg: BenchConfig):
         if cfg.layers is not None:
             raise ValueError("--layers applies to --arch 3b / 7b (the bundled model runs whole)")
         return adapter_for(EngineConfig(device=cfg.device, dtype=cfg.dtype))
-    from streamvid.adapters.random_arch import random_adapter
+    from streamvid.checkpoints.random_arch import random_adapter
 
     return random_adapter(cfg.arch, cfg.layers, device=cfg.device, dtype=cfg.dtype)
 
@@ -119,7 +119,6 @@ def summary(report: dict) -> dict:
 # ---- the parts ------------------------------------------------------------------------------------------
 def _stream(adapter, cfg: BenchConfig, frames: list[np.ndarray], log) -> dict:
     from streamvid.assistant import StreamingAssistant
-    from streamvid.reasoning import ReasoningWorker
     from streamvid.types import Frame, Question
 
     engine = _engine_config(cfg)
@@ -129,10 +128,8 @@ def _stream(adapter, cfg: BenchConfig, frames: list[np.ndarray], log) -> dict:
         # answers of one token: the whole call is the time to the first token, on the wall clock and in CPU time
         # of this thread (which on a shared CPU does not count the time other processes held the core)
         first = engine.replace(max_new_tokens=1)
-        retrieving = ReasoningWorker(first.replace(retrieve_for_now=True), adapter, sa.window, sa.memory,
-                                     sa.questions, sa._outputs, sa._stop)  # every question searches memory
-        plain = ReasoningWorker(first.replace(memory_top_k=0), adapter, sa.window, None, sa.questions,
-                                sa._outputs, sa._stop)  # the same window, no retrieval
+        retrieving = sa.reasoner(first.replace(retrieve_for_now=True))  # every question searches memory
+        plain = sa.reasoner(first.replace(memory_top_k=0), memory=False)  # the same window, no retrieval
         index = 0
         t_wall = time.perf_counter()
         for minutes in sorted(cfg.minutes):

@@ -336,7 +336,7 @@ def cmd_train_tiny(args: argparse.Namespace) -> int:
 
 
 def cmd_make_tiny(args: argparse.Namespace) -> int:
-    from streamvid.adapters.tiny_families import make_tiny
+    from streamvid.checkpoints.families import make_tiny
 
     print(make_tiny(args.arch, args.out, seed=args.seed))
     return 0

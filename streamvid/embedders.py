@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 if TYPE_CHECKING:
-    from streamvid.adapters.base import Encoded, VideoLLMAdapter
+    from streamvid.adapters.base import VideoLLMAdapter
+    from streamvid.types import Encoded
 
 REGION_WEIGHT = 2.0  # a block row: (mean key + REGION_WEIGHT x region key) / (1 + REGION_WEIGHT)
 SAME_REGION = 0.99  # a region whose key has at least this cosine to one kept already adds no row

@@ -19,14 +19,14 @@ import threading
 import time
 from collections.abc import Callable
 
-from streamvid.adapters.base import Context, VideoLLMAdapter
+from streamvid.adapters.base import VideoLLMAdapter
 from streamvid.config import EngineConfig
 from streamvid.embedders import Embedder, ModelEmbedder
 from streamvid.kv_window import Block, KVWindow
 from streamvid.memory import LongTermMemory
 from streamvid.positions import concat, move_block
 from streamvid.retrieval import default_memory_encoding
-from streamvid.types import Frame
+from streamvid.types import Context, Frame
 from streamvid.window_buffer import WindowBuffer
 
 

@@ -223,6 +223,15 @@ class LongTermMemory:
                 while self._ram_used > 2 * self.ram_bytes and not self._closing and self._spill_error is None:
                     self._changed.wait(1.0)  # the spill thread is a whole RAM cap behind: let it catch up
 
+    def reindex(self, block_id: int, vectors: np.ndarray) -> None:
+        """Index block `block_id` by `vectors` ((dim,) or (rows, dim)) instead of its own rows; the stored block is
+        unchanged (what an external embedder, or a test that plants a match, replaces)."""
+        rows = np.asarray(vectors, dtype=np.float32).reshape(-1, self.dim)
+        with self._lock:
+            self._index.remove_ids(np.array([block_id], dtype=np.int64))
+            self._index.add_with_ids(rows, np.full(len(rows), block_id, dtype=np.int64))
+            self._rows = max(self._rows, len(rows))
+
     def search(self, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
         """The k stored blocks whose best row best matches `vector`: [(id, score of that row)], best first.
         Exact: the k x rows best entries hold the best row of at least k blocks."""

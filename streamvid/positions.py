@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import torch
 
-from streamvid.adapters.base import Context
 from streamvid.kv_window import Block
+from streamvid.types import Context
 
 
 def rotate_keys(keys: torch.Tensor, delta: int, inv_freq: torch.Tensor) -> torch.Tensor:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from streamvid.adapters.base import Context, VideoLLMAdapter
+from streamvid.adapters.base import VideoLLMAdapter
 from streamvid.config import EngineConfig
 from streamvid.embedders import Embedder, ModelEmbedder
 from streamvid.future import Probe, acknowledgement, parse_request
@@ -33,7 +33,7 @@ from streamvid.memory import LongTermMemory
 from streamvid.positions import layout
 from streamvid.proactive import ChangeGate, FiringRule, NarrationPolicy
 from streamvid.scope import about_now
-from streamvid.types import Output, Question
+from streamvid.types import Context, Output, Question
 
 _NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
                  "eight": 8, "nine": 9, "ten": 10, "fifteen": 15, "twenty": 20, "thirty": 30, "forty": 40,

@@ -1,6 +1,6 @@
 """Session snapshots on disk: what a StreamingAssistant has seen survives a restart.
 
-    sa.save("sessions/lab")                                    # or StreamingAssistant.save
+    sa.save("sessions/lab")          # StreamingAssistant.save: session_store.save(sa.stream_state, "sessions/lab")
     sa = StreamingAssistant.resume("sessions/lab")             # same model, same stream clock, same memories
 
 A session directory holds one complete snapshot at a time:
@@ -25,9 +25,9 @@ of the weight files: name, size, first and last MiB) and the embedder of the ret
 so a snapshot of another model or embedder, another format version, a damaged file or an edited meta.json is
 refused with one line that says what to do, before any tensor is used.
 
-Thread contract: `save` may run on any thread while the session's workers run: it holds the ingest worker's
-`lock` (so no block moves from the window to memory meanwhile), the window lock for a snapshot, and the memory
-lock while memory is written; the assistant serialises saves. `Autosaver` is one daemon thread
+Thread contract: `save` may run on any thread while the session's workers run: the engine takes the stream's
+state at one cut (`StreamingAssistant.stream_state`: no block moves from the window to memory while the window
+is read and memory written); the assistant serialises saves. `Autosaver` is one daemon thread
 ("streamvid-autosave") that saves every `every_s` seconds until `stop`.
 """
 
@@ -46,7 +46,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 from safetensors import SafetensorError, safe_open
@@ -57,9 +56,6 @@ from streamvid.config import EngineConfig
 from streamvid.kv_window import Block
 from streamvid.snapshot_schema import MEMORY, META, WINDOW, SchemaError
 from streamvid.snapshot_schema import file_sha256 as _sha256
-
-if TYPE_CHECKING:
-    from streamvid.assistant import StreamingAssistant
 
 log = logging.getLogger(__name__)
 
@@ -101,9 +97,25 @@ def has_session(directory: str | Path) -> bool:
 
 
 # ---- saving ----------------------------------------------------------------------------------------------------
-def save(sa: StreamingAssistant, directory: str | Path) -> dict:
-    """Write a new snapshot of `sa` into `directory` (created if missing) and make it the current one.
-    Returns {"path", "bytes", "blocks_in_window", "blocks_in_memory", "stream_t_s", "seconds"}."""
+@dataclass(frozen=True)
+class StreamState:
+    """What a snapshot keeps of one stream, taken by the engine at one cut (StreamingAssistant.stream_state),
+    with its long-term memory already written into the folder the save gave it."""
+
+    config: EngineConfig
+    embedder: tuple[str, int]  # name and dimension of every stored retrieval vector
+    sinks: Block
+    blocks: tuple[Block, ...]  # the window's, oldest first
+    stream_t_s: float
+    next_block_id: int
+    dialogue: tuple[tuple[str, str], ...]
+    memory_blocks: int | None  # None: long-term memory is off (nothing was written)
+
+
+def save(state_at: Callable[[Path], StreamState], directory: str | Path) -> dict:
+    """Write a new snapshot into `directory` (created if missing) and make it the current one: `state_at(folder)`
+    is the stream's state, its long-term memory written into `folder`. Returns {"path", "bytes",
+    "blocks_in_window", "blocks_in_memory", "stream_t_s", "seconds"}."""
     t0 = time.perf_counter()
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
@@ -112,30 +124,24 @@ def save(sa: StreamingAssistant, directory: str | Path) -> dict:
     seq = int(current["snapshot"].removeprefix("snap-")) + 1 if current else 0
     tmp = directory / f".tmp-snap-{seq:06d}-{os.getpid()}"
     tmp.mkdir()
-    with sa.ingest.lock:  # one cut: no block moves between window and memory while both are written
-        snap = sa.window.snapshot()
-        stream_t_s = sa.stream_t_s
-        next_block_id = sa.ingest.next_block_id
-        if sa.memory is not None:
-            (tmp / MEMORY).mkdir()
-            sa.memory.snapshot(tmp / MEMORY)
-    _write_window(snap.sinks, snap.blocks, tmp / WINDOW)
+    state = state_at(tmp / MEMORY)
+    _write_window(state.sinks, state.blocks, tmp / WINDOW)
     files = {}
     paths = sorted(p for p in tmp.rglob("*") if p.is_file())
     for path in paths:
         files[str(path.relative_to(tmp))] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
     meta = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
-        "model": model_identity(sa.config.model),
-        "embedder": {"name": sa.embedder.name, "dim": sa.embedder.dim},  # the space of every stored vector
-        "kv": {"dtype": str(snap.sinks.keys[0].dtype).removeprefix("torch."), "layers": len(snap.sinks.keys),
-               "kv_heads": int(snap.sinks.keys[0].shape[1]), "head_dim": int(snap.sinks.keys[0].shape[3])},
-        "config": dataclasses.asdict(sa.config),
-        "stream_t_s": stream_t_s,
-        "next_block_id": next_block_id,
-        "dialogue": [list(turn) for turn in sa.reasoning.dialogue.copy()],
-        "window_blocks": [b.id for b in snap.blocks],
-        "memory": sa.memory is not None,
+        "model": model_identity(state.config.model),
+        "embedder": {"name": state.embedder[0], "dim": state.embedder[1]},  # the space of every stored vector
+        "kv": {"dtype": str(state.sinks.keys[0].dtype).removeprefix("torch."), "layers": len(state.sinks.keys),
+               "kv_heads": int(state.sinks.keys[0].shape[1]), "head_dim": int(state.sinks.keys[0].shape[3])},
+        "config": dataclasses.asdict(state.config),
+        "stream_t_s": state.stream_t_s,
+        "next_block_id": state.next_block_id,
+        "dialogue": [list(turn) for turn in state.dialogue],
+        "window_blocks": [b.id for b in state.blocks],
+        "memory": state.memory_blocks is not None,
         "saved_unix_s": time.time(),
         "files": files,
     }
@@ -151,8 +157,8 @@ def save(sa: StreamingAssistant, directory: str | Path) -> dict:
     _fsync_dir(directory)
     _remove_others(directory, name)
     return {"path": str(directory), "bytes": sum(f["bytes"] for f in files.values()),
-            "blocks_in_window": len(snap.blocks), "blocks_in_memory": len(sa.memory) if sa.memory else 0,
-            "stream_t_s": round(stream_t_s, 3), "seconds": round(time.perf_counter() - t0, 3)}
+            "blocks_in_window": len(state.blocks), "blocks_in_memory": state.memory_blocks or 0,
+            "stream_t_s": round(state.stream_t_s, 3), "seconds": round(time.perf_counter() - t0, 3)}
 
 
 def _remove_others(directory: Path, keep: str | None) -> None:

@@ -1,11 +1,20 @@
-"""Value objects passed between stages. Immutable once built; safe to hand from one thread to another."""
+"""Value objects passed between stages: frames, questions and outputs; the KV segments an adapter encodes and the
+contexts it runs on. Immutable once built; safe to hand from one thread to another.
+
+A KV segment is one (keys, values) pair per decoder layer, each shaped (1, kv_heads, n_tokens, head_dim), keys
+stored after RoPE at the positions the segment was encoded at.
+"""
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -46,3 +55,35 @@ class Output:
         if self.kind == "status":  # {"type", "event", "t_s", ...}: e.g. a live source lost and back
             return {"type": "status", **self.data}
         return {"type": self.kind, "id": self.id, "text": self.text, **self.data}
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """KV of one encoded segment (system prompt, video chunk) and its retrieval vector."""
+
+    keys: tuple[torch.Tensor, ...]  # per layer (1, kv_heads, n_tokens, head_dim), post-RoPE
+    values: tuple[torch.Tensor, ...]  # per layer (1, kv_heads, n_tokens, head_dim)
+    pos_span: int  # positions occupied: the next segment starts at pos_start + pos_span
+    vector: np.ndarray | None  # (index_dim,) float32, L2-normalised; None for text segments
+    scene: np.ndarray | None = None  # (n_video_tokens, hidden) float16: the vision tokens the decoder received
+    regions: np.ndarray | None = None  # (n_regions, index_dim) float32, L2-normalised rows: `vector`, per region
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.keys[0].shape[2])
+
+
+@dataclass(frozen=True)
+class Context:
+    """A cache to run on: concatenated segments and the first free position after them. With `room`, the K/V
+    are views into buffers the caller owns (window_buffer.py) with that many free tokens after them in each
+    head's row, which a forward may fill in place instead of copying the context."""
+
+    keys: tuple[torch.Tensor, ...]  # per layer (1, kv_heads, n_tokens, head_dim)
+    values: tuple[torch.Tensor, ...]
+    next_pos: int
+    room: int = 0
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.keys[0].shape[2]) if self.keys else 0

@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import torch
 
-from streamvid.adapters.base import Context
 from streamvid.kv_window import Block, WindowSnapshot
+from streamvid.types import Context
 
 
 class WindowBuffer:

@@ -13,7 +13,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
-    from streamvid.adapters.tiny import build_tiny_checkpoint
+    from streamvid.checkpoints.tiny import build_tiny_checkpoint
 
     return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny") / "qwen2_5_vl", seed=0, hidden=64, layers=2)
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from conftest import random_frames
-from streamvid.adapters.base import Context
+from streamvid.types import Context
 from streamvid.adapters.qwen2_5_vl import QwenVLAdapter
 from streamvid.kv_window import Block
 from streamvid.positions import concat
@@ -24,16 +24,16 @@ def test_chunk_by_chunk_prefill_equals_one_forward(adapter):
         enc = adapter.encode_chunk(frames, past, 1.0)
         blocks.append(Block(i, i, i + 1, enc.keys, enc.values, past.next_pos, enc.pos_span, enc.vector))
     ctx = concat(blocks, blocks[-1].pos_start + blocks[-1].pos_span)
-    q_ids = adapter._ids(question)
-    inc_logits = adapter._forward(q_ids, adapter._text_positions(ctx.next_pos, q_ids.shape[1]), ctx)[0][0, -1]
+    q_ids = adapter.token_ids(question)
+    inc_logits = adapter.forward(q_ids, adapter.text_positions(ctx.next_pos, q_ids.shape[1]), ctx)[0][0, -1]
 
     # one forward over the same tokens, positions from the model's own get_rope_index over the whole sequence
     video = adapter.video_processor(videos=[np.stack(c) for c in chunks], return_tensors="pt",
                                     do_sample_frames=False, cap_pixels_per_frame=True)
     n = int(video["video_grid_thw"][0].prod()) // 4
-    chunk_ids = [adapter._vision_start] + [adapter._video_pad] * n + [adapter._vision_end]
-    ids = torch.tensor([adapter._ids(adapter.sink_text)[0].tolist() + chunk_ids * 2 + q_ids[0].tolist()])
-    types = (ids == adapter._video_pad).int() * 2
+    chunk_ids = [adapter.vision_start_id] + [adapter.video_pad_id] * n + [adapter.vision_end_id]
+    ids = torch.tensor([adapter.token_ids(adapter.sink_text)[0].tolist() + chunk_ids * 2 + q_ids[0].tolist()])
+    types = (ids == adapter.video_pad_id).int() * 2
     pos, _ = adapter.model.model.get_rope_index(ids, mm_token_type_ids=types, video_grid_thw=video["video_grid_thw"],
                                                 second_per_grid_ts=torch.ones(2))
     with torch.inference_mode():
@@ -95,7 +95,7 @@ def test_question_vector_runs_only_the_layers_up_to_the_index_layer(tiny_model_d
         for h in hooks:
             h.remove()
     assert ran == [f"layer{i}" for i in range(adapter.index_layer)], "layers after the index layer did not run"
-    q = captured[0][0].float().mean(0).view(adapter._kv_heads, -1, adapter._head_dim).mean(1).reshape(-1)
+    q = captured[0][0].float().mean(0).view(adapter.kv_heads, -1, adapter.head_dim).mean(1).reshape(-1)
     assert np.allclose(v, (q / q.norm()).numpy(), atol=1e-6)
 
 

@@ -9,7 +9,6 @@ import struct
 import zlib
 
 import httpx
-import numpy as np
 import pytest
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError

@@ -178,7 +178,7 @@ def test_session_cap_idle_cleanup_and_no_leftovers(manager):
     with pytest.raises(SessionLimitError, match="maximum of 2 sessions"):
         manager.session("c")
     a.start("push")
-    spill_dir = a._stream.sa.memory.disk_dir
+    spill_dir = a.assistant.memory.disk_dir
     assert spill_dir.is_dir()
     b.touch()
     assert manager.reap(now_s=a.last_active_s + 30) == []
@@ -195,7 +195,7 @@ def test_sessions_share_one_model_and_keep_their_own_state(manager):
     a, b = manager.session("a"), manager.session("b")
     a.start("push")
     b.start("push")
-    assert a._stream.sa.adapter is b._stream.sa.adapter is manager.adapter
+    assert a.assistant.adapter is b.assistant.adapter is manager.adapter
     a.push_frame(np.zeros((56, 56, 3), np.uint8), t_s=0.0)
     wait_until(lambda: a.status()["frames_in"] == 1, what="a's frame")
     assert b.status()["frames_in"] == 0

@@ -106,6 +106,6 @@ def test_window_mb_becomes_whole_tokens(adapter):
 
 
 def _context(enc):
-    from streamvid.adapters.base import Context
+    from streamvid.types import Context
 
     return Context(enc.keys, enc.values, enc.pos_span)

@@ -9,7 +9,7 @@ from transformers import DynamicCache
 
 from conftest import random_frames
 from streamvid.adapters import hf
-from streamvid.adapters.base import Context
+from streamvid.types import Context
 
 
 def _context(adapter, n_chunks: int = 2) -> Context:
@@ -33,10 +33,10 @@ def _reference(adapter, ctx: Context, ids: torch.Tensor, pos: int, cache=None):
 
 def test_in_place_appends_equal_the_concatenating_cache(adapter):
     ctx = _context(adapter)
-    prompt = adapter._ids(adapter.prompt("What colour is the circle?"))
+    prompt = adapter.token_ids(adapter.prompt("What colour is the circle?"))
     with torch.inference_mode():
         ref_logits, ref_cache = _reference(adapter, ctx, prompt, ctx.next_pos)
-        logits, cache = adapter._forward(prompt, adapter.positions.text_ids(ctx.next_pos, prompt.shape[1]), ctx,
+        logits, cache = adapter.forward(prompt, adapter.positions.text_ids(ctx.next_pos, prompt.shape[1]), ctx,
                                          spare=prompt.shape[1] + 3)
         torch.testing.assert_close(logits, ref_logits, rtol=0, atol=1e-6)
         pos = ctx.next_pos + prompt.shape[1]
@@ -44,7 +44,7 @@ def test_in_place_appends_equal_the_concatenating_cache(adapter):
             token = ref_logits[:, -1].argmax(-1, keepdim=True)
             assert int(token) == int(logits[:, -1].argmax())
             ref_logits, ref_cache = _reference(adapter, ctx, token, pos + step, ref_cache)
-            logits, cache = adapter._forward(token, adapter.positions.text_ids(pos + step, 1), None, cache=cache)
+            logits, cache = adapter.forward(token, adapter.positions.text_ids(pos + step, 1), None, cache=cache)
             torch.testing.assert_close(logits, ref_logits, rtol=0, atol=1e-6)
     for mine, ref in zip(cache.layers, ref_cache.layers, strict=True):
         assert isinstance(mine, hf._BufferLayer)
@@ -55,17 +55,17 @@ def test_in_place_appends_equal_the_concatenating_cache(adapter):
 
 def test_a_decode_step_writes_into_the_buffer_it_was_given(adapter):
     ctx = _context(adapter, 1)
-    prompt = adapter._ids(adapter.prompt("How many shapes are there?"))
+    prompt = adapter.token_ids(adapter.prompt("How many shapes are there?"))
     pos = ctx.next_pos + prompt.shape[1]
     with torch.inference_mode():
-        _, cache = adapter._forward(prompt, adapter.positions.text_ids(ctx.next_pos, prompt.shape[1]), ctx,
+        _, cache = adapter.forward(prompt, adapter.positions.text_ids(ctx.next_pos, prompt.shape[1]), ctx,
                                     spare=prompt.shape[1] + 4)
         base = [layer.keys.data_ptr() for layer in cache.layers]
         filled = cache.layers[-1].keys.clone()
         for step in range(4):  # the room asked for: every step writes into the same storage
-            adapter._forward(torch.tensor([[5 + step]]), adapter.positions.text_ids(pos + step, 1), None, cache=cache)
+            adapter.forward(torch.tensor([[5 + step]]), adapter.positions.text_ids(pos + step, 1), None, cache=cache)
             assert [layer.keys.data_ptr() for layer in cache.layers] == base
-        adapter._forward(torch.tensor([[9]]), adapter.positions.text_ids(pos + 4, 1), None, cache=cache)
+        adapter.forward(torch.tensor([[9]]), adapter.positions.text_ids(pos + 4, 1), None, cache=cache)
         assert cache.layers[0].keys.data_ptr() != base[0]  # one more: the buffer grew
     assert cache.get_seq_length() == ctx.n_tokens + prompt.shape[1] + 5
     torch.testing.assert_close(cache.layers[-1].keys[..., :filled.shape[-2], :], filled, rtol=0, atol=0)

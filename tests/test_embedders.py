@@ -14,7 +14,7 @@ import torch
 from conftest import random_frames
 from test_reasoning import SpyAdapter, _contains, _fill, _frame
 
-from streamvid.adapters.base import Encoded
+from streamvid.types import Encoded
 from streamvid.assistant import StreamingAssistant
 from streamvid.cli import build_parser, engine_config, main
 from streamvid.config import EngineConfig
@@ -245,8 +245,7 @@ def test_planted_block_is_retrieved_by_its_clip_vector(clip_session):
     sa, spy = clip_session
     q = "What colour was the star?"
     planted = sa.memory.load(3)
-    sa.memory._index.remove_ids(np.array([3]))
-    sa.memory._index.add_with_ids(sa.embedder.question_vector(q)[None], np.array([3]))
+    sa.memory.reindex(3, sa.embedder.question_vector(q))
     answer = sa.reasoning.answer(Question("q", q, 12.0))
     assert 3 in answer.data["retrieved_blocks"] and [3.0, 4.0] in answer.data["evidence_t_s"]
     assert _contains(spy.contexts[-1], planted)

@@ -18,12 +18,12 @@ import pytest
 import torch
 from conftest import random_frames
 
-from streamvid.adapters.base import Context, adapter_class, load_adapter
+from streamvid.adapters.base import adapter_class, load_adapter
 from streamvid.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
 from streamvid.kv_window import Block
 from streamvid.positions import concat
-from streamvid.types import Frame, Question
+from streamvid.types import Context, Frame, Question
 
 ARCHS = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision", "llava-next-video")
 ADAPTER_CLASS = {"qwen2-vl": "QwenVLAdapter", "qwen2.5-vl": "QwenVLAdapter", "qwen3-vl": "Qwen3VLAdapter",
@@ -34,7 +34,7 @@ FPS = 2.0
 
 @pytest.fixture(scope="session")
 def family_dirs(tmp_path_factory):
-    from streamvid.adapters.tiny_families import make_tiny
+    from streamvid.checkpoints.families import make_tiny
 
     root = tmp_path_factory.mktemp("families")
     return {arch: make_tiny(arch, root / arch, seed=0) for arch in ARCHS}
@@ -81,12 +81,12 @@ def _reference_inputs(adapter, chunks, prompt: str) -> dict:
     """The same tokens and vision inputs as one sequence, for one HF forward / `generate` that computes its own
     positions (no position_ids: get_rope_index over the whole sequence, or 0..L-1 for 1-D RoPE)."""
     parts = [adapter.chunk_inputs(f, len(f) / FPS, i * len(f) / FPS) for i, f in enumerate(chunks)]
-    ids = torch.cat([adapter._ids(adapter.sink_text), *[p.ids for p in parts], adapter._ids(prompt)], dim=1)
+    ids = torch.cat([adapter.token_ids(adapter.sink_text), *[p.ids for p in parts], adapter.token_ids(prompt)], dim=1)
     inputs = {"input_ids": ids.to(adapter.device), "attention_mask": torch.ones_like(ids).to(adapter.device)}
     if adapter.position_axes == 3:
         inputs["pixel_values_videos"] = torch.cat([p.vision["pixel_values_videos"] for p in parts])
         inputs["video_grid_thw"] = torch.cat([p.vision["video_grid_thw"] for p in parts])
-        inputs["mm_token_type_ids"] = ((ids == adapter._video_pad).int() * 2).to(adapter.device)
+        inputs["mm_token_type_ids"] = ((ids == adapter.video_pad_id).int() * 2).to(adapter.device)
         if adapter.model.config.model_type == "qwen2_5_vl":  # seconds per temporal patch (Qwen2.5-VL only)
             inputs["second_per_grid_ts"] = torch.tensor([adapter.frames_per_chunk_multiple / FPS] * len(parts))
     else:
@@ -122,7 +122,7 @@ def test_segments_tokenize_as_the_whole_conversation(fam):
     chunks = _chunks(fam, 2)
     parts = [fam.chunk_inputs(f, len(f) / FPS, i * len(f) / FPS) for i, f in enumerate(chunks)]
     prompt = fam.prompt("Is there a red circle?", [("What do you see?", "a red circle")])
-    ids = torch.cat([fam._ids(fam.sink_text), *[p.ids for p in parts], fam._ids(prompt)], dim=1)[0].tolist()
+    ids = torch.cat([fam.token_ids(fam.sink_text), *[p.ids for p in parts], fam.token_ids(prompt)], dim=1)[0].tolist()
     text = fam.sink_text + "".join(fam.tokenizer.decode(p.ids[0]) for p in parts) + prompt
     assert ids == fam.tokenizer(text)["input_ids"]
 
@@ -145,8 +145,8 @@ def test_chunk_by_chunk_encoding_equals_one_forward(fam):
     prompt = fam.prompt("How many shapes are there?")
     blocks = _encode(fam, chunks)
     ctx = concat(blocks, blocks[-1].pos_start + blocks[-1].pos_span)
-    q_ids = fam._ids(prompt)
-    inc_logits = fam._forward(q_ids, fam._text_positions(ctx.next_pos, q_ids.shape[1]), ctx)[0][0, -1]
+    q_ids = fam.token_ids(prompt)
+    inc_logits = fam.forward(q_ids, fam.text_positions(ctx.next_pos, q_ids.shape[1]), ctx)[0][0, -1]
 
     inputs = _reference_inputs(fam, chunks, prompt)
     with torch.inference_mode():
@@ -168,11 +168,11 @@ def test_moved_block_equals_fresh_encoding(fam):
         assert a.pos_start == b.pos_start
         for ka, kb in zip(a.keys, b.keys):  # float32 angles at position 4000: error grows with the key's size
             assert torch.allclose(ka, kb, atol=TOL * max(1.0, float(ka.abs().max())))
-    q_ids = fam._ids(fam.prompt("What colour is the circle?"))
+    q_ids = fam.token_ids(fam.prompt("What colour is the circle?"))
     logits = []
     for blocks in (fresh, moved):
         ctx = concat(blocks, blocks[-1].pos_start + blocks[-1].pos_span)
-        logits.append(fam._forward(q_ids, fam._text_positions(ctx.next_pos, q_ids.shape[1]), ctx)[0][0, -1])
+        logits.append(fam.forward(q_ids, fam.text_positions(ctx.next_pos, q_ids.shape[1]), ctx)[0][0, -1])
     assert torch.allclose(*logits, atol=TOL)
 
 
@@ -212,13 +212,13 @@ def test_engine_answer_equals_generate(arch, dtype, family_adapters, family_dirs
 
     # the reference: HF generate over the same frames and prompt as one sequence, positions its own
     inputs = _reference_inputs(adapter, chunks, adapter.prompt(question))
-    stops = sorted(adapter._stop_ids)
+    stops = sorted(adapter.stop_ids)
     with torch.inference_mode():
         out = adapter.model.generate(**inputs, max_new_tokens=12, do_sample=False, eos_token_id=stops,
                                      pad_token_id=adapter.tokenizer.pad_token_id)
     ref = []
     for token in out[0, inputs["input_ids"].shape[1]:].tolist():
-        if token in adapter._stop_ids:
+        if token in adapter.stop_ids:
             break
         ref.append(token)
     assert len(ref) >= 3, "the random model stops at once: the comparison would say nothing"
@@ -253,8 +253,7 @@ def test_retrieval_brings_a_planted_block_into_the_context(fam):
     assert len(sa.memory) >= 4
     question = "What colour was the star?"
     planted = sa.memory.load(2)  # make block 2 the one whose vector matches the question exactly
-    sa.memory._index.remove_ids(np.array([2]))
-    sa.memory._index.add_with_ids(fam.question_vector(question)[None], np.array([2]))
+    sa.memory.reindex(2, fam.question_vector(question))
     answer = sa.reasoning.answer(Question("q", question, 6 * k / FPS))
     assert answer.data["retrieved_blocks"] == [2]
     context = spy.calls[-1][0]

@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import random_frames
 
-from streamvid.adapters.base import Context
+from streamvid.types import Context
 from streamvid.kv_window import Block
 from streamvid.positions import concat, layout, move_block, rotate_keys
 
@@ -35,8 +35,8 @@ def _encode_stream(adapter, offset: int, n_chunks: int = 3) -> list[Block]:
 
 
 def _question_logits(adapter, ctx: Context) -> torch.Tensor:
-    ids = adapter._ids(adapter.prompt("What colour is the circle?"))
-    return adapter._forward(ids, adapter._text_positions(ctx.next_pos, ids.shape[1]), ctx)[0][0, -1]
+    ids = adapter.token_ids(adapter.prompt("What colour is the circle?"))
+    return adapter.forward(ids, adapter.text_positions(ctx.next_pos, ids.shape[1]), ctx)[0][0, -1]
 
 
 def test_shifted_stream_moved_back_equals_fresh_encoding(adapter):

@@ -32,8 +32,9 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForImageTextToText, AutoProcessor
 
-from streamvid.adapters.base import Context, load_adapter
+from streamvid.adapters.base import load_adapter
 from streamvid.adapters.hf import SYSTEM_PROMPT
+from streamvid.types import Context
 
 REAL_HUB = Path(__file__).resolve().parents[2] / "shared" / "real-hub"
 if not REAL_HUB.is_dir():

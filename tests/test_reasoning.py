@@ -57,8 +57,7 @@ def test_planted_block_is_retrieved_into_the_answer_context(adapter, top_k):
         assert len(sa.memory) >= 8
         # plant: make block 3 the one whose vector matches the question exactly
         planted = sa.memory.load(3)
-        sa.memory._index.remove_ids(torch.tensor([3]).numpy())
-        sa.memory._index.add_with_ids(spy.question_vector(question)[None], torch.tensor([3]).numpy())
+        sa.memory.reindex(3, spy.question_vector(question))
     answer = sa.reasoning.answer(Question("q", question, 6.0))
     context = spy.contexts[-1]
     if top_k:
@@ -80,8 +79,7 @@ def test_question_about_now_is_answered_from_the_window(adapter, retrieve_for_no
     sa = StreamingAssistant(cfg, adapter=spy)
     _fill(sa, 12)
     question = "What colour is the star?"
-    sa.memory._index.remove_ids(torch.tensor([3]).numpy())
-    sa.memory._index.add_with_ids(spy.question_vector(question)[None], torch.tensor([3]).numpy())
+    sa.memory.reindex(3, spy.question_vector(question))
     answer = sa.reasoning.answer(Question("q", question, 6.0))
     snap = sa.window.snapshot()
     if retrieve_for_now:

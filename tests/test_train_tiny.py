@@ -62,7 +62,7 @@ def test_answers_are_taught_to_look_at_the_named_object_in_the_newest_block(data
 
     cfg = TrainConfig(out_dir=data.cfg.out_dir, n_timelines=1, minutes=1.0, families={"realtime_shape": 1.0})
     shape_data = _Data(cfg, np.random.default_rng(3))
-    from streamvid.adapters.tiny import build_tiny_checkpoint
+    from streamvid.checkpoints.tiny import build_tiny_checkpoint
 
     adapter = QwenVLAdapter(str(build_tiny_checkpoint(tmp_path_factory.mktemp("m"), hidden=32, layers=2)))
     shape_data.encode_chunks(adapter.model, adapter.video_processor)
@@ -96,7 +96,7 @@ def test_listed_objects_look_at_their_cells(tmp_path_factory):
     """An answer that lists what was on screen ("purple hexagon, red star"): at each listed colour word, which
     predicts that object's shape, layer 1 is taught to look at the cells of the timed blocks whose decoded pixels
     show that colour, and layer 2 at the word itself."""
-    from streamvid.adapters.tiny import build_tiny_checkpoint
+    from streamvid.checkpoints.tiny import build_tiny_checkpoint
     from streamvid.training.train_tiny import _Batcher
 
     cfg = TrainConfig(out_dir=tmp_path_factory.mktemp("unused"), n_timelines=1, minutes=1.0,
@@ -238,8 +238,8 @@ def test_language_model_trains_on_the_vision_tokens_the_engine_computes(tmp_path
     inputs, and a forward with them in the video slots equals the model's forward from the pixels."""
     import torch
 
-    from streamvid.adapters.tiny import build_tiny_checkpoint
-    from streamvid.training.train_tiny import _Batcher, _forward
+    from streamvid.checkpoints.tiny import build_tiny_checkpoint
+    from streamvid.training.train_tiny import _Batcher, forward
 
     cfg = TrainConfig(out_dir=tmp_path / "unused", n_timelines=1, minutes=0.5)
     data = _Data(cfg, np.random.default_rng(5))
@@ -261,4 +261,4 @@ def test_language_model_trains_on_the_vision_tokens_the_engine_computes(tmp_path
                                         return_tensors="pt", do_sample_frames=False, cap_pixels_per_frame=True)
         reference = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                           position_ids=batch["position_ids"], **video).logits
-        torch.testing.assert_close(_forward(model, batch).logits, reference, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(forward(model, batch).logits, reference, atol=1e-4, rtol=1e-4)

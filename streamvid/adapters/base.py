@@ -1,56 +1,25 @@
 """The adapter protocol: what the engine needs from a video-LLM, and the registry that loads one by name.
 
-Only `streamvid/adapters/` imports transformers. Tensors cross this boundary as plain torch tensors:
-a KV segment is one (keys, values) pair per decoder layer, each shaped (1, kv_heads, n_tokens, head_dim), keys
-stored after RoPE at the positions the segment was encoded at.
+Of the engine, only `streamvid/adapters/` imports transformers (the checkpoint builders in streamvid/checkpoints/
+and train-tiny do too). Tensors cross this boundary as plain torch tensors, in the value types of types.py
+(`Encoded`, `Context`).
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import torch
 
+from streamvid.types import Context, Encoded
+
 if TYPE_CHECKING:
     from streamvid.budget import KVShape
     from streamvid.positions import RopePositions
-
-
-@dataclass(frozen=True)
-class Encoded:
-    """KV of one encoded segment (system prompt, video chunk) and its retrieval vector."""
-
-    keys: tuple[torch.Tensor, ...]  # per layer (1, kv_heads, n_tokens, head_dim), post-RoPE
-    values: tuple[torch.Tensor, ...]  # per layer (1, kv_heads, n_tokens, head_dim)
-    pos_span: int  # positions occupied: the next segment starts at pos_start + pos_span
-    vector: np.ndarray | None  # (index_dim,) float32, L2-normalised; None for text segments
-    scene: np.ndarray | None = None  # (n_video_tokens, hidden) float16: the vision tokens the decoder received
-    regions: np.ndarray | None = None  # (n_regions, index_dim) float32, L2-normalised rows: `vector`, per region
-
-    @property
-    def n_tokens(self) -> int:
-        return int(self.keys[0].shape[2])
-
-
-@dataclass(frozen=True)
-class Context:
-    """A cache to run on: concatenated segments and the first free position after them. With `room`, the K/V
-    are views into buffers the caller owns (window_buffer.py) with that many free tokens after them in each
-    head's row, which a forward may fill in place instead of copying the context."""
-
-    keys: tuple[torch.Tensor, ...]  # per layer (1, kv_heads, n_tokens, head_dim)
-    values: tuple[torch.Tensor, ...]
-    next_pos: int
-    room: int = 0
-
-    @property
-    def n_tokens(self) -> int:
-        return int(self.keys[0].shape[2]) if self.keys else 0
 
 
 class VideoLLMAdapter(Protocol):

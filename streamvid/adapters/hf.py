@@ -25,9 +25,9 @@ from transformers import AutoModelForImageTextToText, AutoProcessor, DynamicCach
 from transformers.cache_utils import DynamicLayer
 from transformers.utils import logging as hf_logging
 
-from streamvid.adapters.base import Context, Encoded
 from streamvid.budget import DTYPE_BYTES, KVShape
 from streamvid.positions import RopePositions
+from streamvid.types import Context, Encoded
 
 REGION_SIDE = 4  # a block's region vectors: its video tokens pooled onto at most 4 x 4 regions of the frame
 SYSTEM_PROMPT = "You are a helpful assistant watching a live video stream. Answer briefly from what you saw."
@@ -100,15 +100,15 @@ class HFVideoAdapter:
             raise ValueError(f"index_layer must be in [0, {n_layers}), got {index_layer}")
         self.index_layer = index_layer
         self._attn = self._lm.layers[index_layer].self_attn
-        self._kv_heads = text_cfg.num_key_value_heads
+        self.kv_heads = text_cfg.num_key_value_heads
         self._heads = text_cfg.num_attention_heads
-        self._head_dim = getattr(text_cfg, "head_dim", None) or text_cfg.hidden_size // self._heads
-        self.index_dim = self._kv_heads * self._head_dim
-        self.kv_shape = KVShape(n_layers, self._kv_heads, self._head_dim, DTYPE_BYTES[dtype])
+        self.head_dim = getattr(text_cfg, "head_dim", None) or text_cfg.hidden_size // self._heads
+        self.index_dim = self.kv_heads * self.head_dim
+        self.kv_shape = KVShape(n_layers, self.kv_heads, self.head_dim, DTYPE_BYTES[dtype])
         self.positions = RopePositions(self._lm.rotary_emb.inv_freq.detach().float().cpu(), self.position_axes)
         unk = self.tokenizer.unk_token_id
         stops = [self.tokenizer.convert_tokens_to_ids(t) for t in self.stop_tokens] + [self.tokenizer.eos_token_id]
-        self._stop_ids = {i for i in stops if i is not None and i >= 0 and i != unk}
+        self.stop_ids = {i for i in stops if i is not None and i >= 0 and i != unk}
         yes, no = self._word_ids(["yes", "Yes", " yes", " Yes"]), self._word_ids(["no", "No", " no", " No"])
         self._yes_ids, self._no_ids = sorted(yes - no), sorted(no - yes)  # a shared first token says nothing
 
@@ -135,10 +135,10 @@ class HFVideoAdapter:
 
     # ---- encoding ---------------------------------------------------------------------------------------
     def encode_text(self, text: str, past: Context | None = None) -> Encoded:
-        ids = self._ids(text)
+        ids = self.token_ids(text)
         start = past.next_pos if past is not None else 0
         with self.lock, torch.inference_mode():
-            cache = self._forward(ids, self._text_positions(start, ids.shape[1]), past)[1]
+            cache = self.forward(ids, self.text_positions(start, ids.shape[1]), past)[1]
         keys, values = self._tail(cache, ids.shape[1])
         return Encoded(keys, values, ids.shape[1], None)
 
@@ -151,7 +151,7 @@ class HFVideoAdapter:
             raise ValueError(f"a chunk needs a multiple of {self.frames_per_chunk_multiple} frames, got {len(frames)}")
         chunk = self.chunk_inputs(frames, seconds_per_chunk, t_start_s)
         with self.lock, torch.inference_mode(), self._capture("k") as captured, self._decoder_inputs() as embeds:
-            cache = self._forward(chunk.ids, chunk.positions + past.next_pos, past, **chunk.vision)[1]
+            cache = self.forward(chunk.ids, chunk.positions + past.next_pos, past, **chunk.vision)[1]
         keys, values = self._tail(cache, chunk.ids.shape[1])
         mask = chunk.video_mask.to(captured[0].device)
         pre_rope_keys = captured[0][0][mask].float()  # (n_video, kv_heads*head_dim)
@@ -162,7 +162,7 @@ class HFVideoAdapter:
     def question_vector(self, text: str) -> np.ndarray:
         """Mean pre-RoPE query of the question's tokens at the index layer, heads averaged within each KV group,
         so it lives in the same space as the blocks' mean pre-RoPE keys. The forward stops at that layer."""
-        ids = self._ids(text)
+        ids = self.token_ids(text)
         with self.lock, torch.inference_mode():
             q = mean_queries(self.model, [ids[0].tolist()], self.index_layer, self.device, self.position_axes)[0]
         return _unit(q)
@@ -183,7 +183,7 @@ class HFVideoAdapter:
     def generate_ids(self, context: Context, prompt: str, max_new_tokens: int,
                      stop: threading.Event | None = None) -> Iterator[int]:
         """The greedy token ids after `prompt` on `context`, up to a stop token (not yielded)."""
-        ids = self._ids(prompt)
+        ids = self.token_ids(prompt)
         pos = context.next_pos
         cache = None
         for _ in range(max_new_tokens):
@@ -192,21 +192,21 @@ class HFVideoAdapter:
             with self.lock, torch.inference_mode():
                 # the first forward copies the context into a buffer with room for the prompt and every new
                 # token; each later step writes its own token's K/V in place (_BufferLayer)
-                logits, cache = self._forward(ids, self._text_positions(pos, ids.shape[1]),
+                logits, cache = self.forward(ids, self.text_positions(pos, ids.shape[1]),
                                               context if cache is None else None, cache=cache,
                                               spare=ids.shape[1] + max_new_tokens)
             pos += ids.shape[1]
             token = int(logits[0, -1].argmax())
-            if token in self._stop_ids:
+            if token in self.stop_ids:
                 return
             yield token
             ids = torch.tensor([[token]])
 
     def probe(self, context: Context, question: str) -> float:
         """p(yes) / (p(yes) + p(no)) for the first answer token after `question`."""
-        ids = self._ids(self.prompt(question))
+        ids = self.token_ids(self.prompt(question))
         with self.lock, torch.inference_mode():
-            logits = self._forward(ids, self._text_positions(context.next_pos, ids.shape[1]), context)[0]
+            logits = self.forward(ids, self.text_positions(context.next_pos, ids.shape[1]), context)[0]
         p = torch.softmax(logits[0, -1].float(), dim=-1)
         yes, no = float(p[self._yes_ids].sum()), float(p[self._no_ids].sum())
         return yes / (yes + no) if yes + no > 0 else 0.5
@@ -220,7 +220,7 @@ class HFVideoAdapter:
         keeps the positions it has alone (context.next_pos onwards), so the result equals `probe`."""
         if not questions:
             return []
-        rows = [self._ids(self.prompt(q))[0].tolist() for q in questions]
+        rows = [self.token_ids(self.prompt(q))[0].tolist() for q in questions]
         n, width = len(rows), max(len(r) for r in rows)
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else rows[0][0]
         ids = torch.full((n, width), pad, dtype=torch.long)
@@ -241,7 +241,7 @@ class HFVideoAdapter:
         return [float(y / (y + n_)) if y + n_ > 0 else 0.5 for y, n_ in zip(yes, no)]
 
     # ---- internals --------------------------------------------------------------------------------------
-    def _forward(self, ids: torch.Tensor, positions: torch.Tensor, past: Context | None,
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, past: Context | None,
                  cache: DynamicCache | None = None, use_cache: bool = True, spare: int | None = None,
                  **vision) -> tuple[torch.Tensor, DynamicCache]:
         """Logits of the last position and the cache after `ids`. Without `cache`, one is made from `past`: its K/V
@@ -284,10 +284,10 @@ class HFVideoAdapter:
         finally:
             handle.remove()
 
-    def _ids(self, text: str) -> torch.Tensor:
+    def token_ids(self, text: str) -> torch.Tensor:
         return torch.tensor([self.tokenizer.encode(text, add_special_tokens=False)])
 
-    def _text_positions(self, start: int, n: int) -> torch.Tensor:
+    def text_positions(self, start: int, n: int) -> torch.Tensor:
         return self.positions.text_ids(start, n)
 
     def _word_ids(self, words: list[str]) -> set[int]:

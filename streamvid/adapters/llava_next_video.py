@@ -27,7 +27,7 @@ class LlavaNextVideoAdapter(LlavaVideoAdapter):
         turns = "".join(f"{q} ASSISTANT: {a} USER: " for q, a in dialogue)
         return f"\n{turns}{question} ASSISTANT:"
 
-    def _ids(self, text: str) -> torch.Tensor:
+    def token_ids(self, text: str) -> torch.Tensor:
         """Token ids of `text` where it stands in the conversation. Sentencepiece marks a word start with `▁` and
         gives one to the start of whatever it encodes, where the whole conversation tokenized at once has none
         (after `<video>`, before `\\n`): a segment that continues the context is encoded after a special token,

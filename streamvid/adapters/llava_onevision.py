@@ -30,7 +30,7 @@ class LlavaVideoAdapter(HFVideoAdapter):
         super().__init__(model, device=device, dtype=dtype, index_layer=index_layer,
                          trust_remote_code=trust_remote_code, **options)
         self._video_token = self.processor.video_token
-        self._video_pad = self.model.config.video_token_id
+        self.video_pad_id = self.model.config.video_token_id
 
     def chunk_inputs(self, frames: Sequence[np.ndarray], seconds_per_chunk: float,
                      t_start_s: float = 0.0) -> ChunkInputs:
@@ -39,7 +39,7 @@ class LlavaVideoAdapter(HFVideoAdapter):
         ids = inputs["input_ids"]
         n = ids.shape[1]
         vision = {"pixel_values_videos": self._to_model(inputs["pixel_values_videos"])}
-        return ChunkInputs(ids, torch.arange(n).view(1, n), n, vision, ids[0] == self._video_pad)
+        return ChunkInputs(ids, torch.arange(n).view(1, n), n, vision, ids[0] == self.video_pad_id)
 
 
 class LlavaOnevisionAdapter(LlavaVideoAdapter, ChatMLAdapter):

@@ -30,9 +30,9 @@ class QwenVLAdapter(ChatMLAdapter):
                          trust_remote_code=trust_remote_code, **options)
         cfg = self.model.config
         self.frames_per_chunk_multiple = int(self.video_processor.temporal_patch_size)
-        self._vision_start = cfg.vision_start_token_id
-        self._vision_end = cfg.vision_end_token_id
-        self._video_pad = cfg.video_token_id
+        self.vision_start_id = cfg.vision_start_token_id
+        self.vision_end_id = cfg.vision_end_token_id
+        self.video_pad_id = cfg.video_token_id
 
     def chunk_inputs(self, frames: Sequence[np.ndarray], seconds_per_chunk: float,
                      t_start_s: float = 0.0) -> ChunkInputs:
@@ -44,7 +44,7 @@ class QwenVLAdapter(ChatMLAdapter):
         per_patch = int(grid[0, 1:].prod()) // (merge * merge)
         seconds_per_frame = seconds_per_chunk / len(frames)
         ids = torch.tensor([self._chunk_token_ids(n_t, per_patch, t_start_s, seconds_per_frame)])
-        types = (ids == self._video_pad).int() * 2
+        types = (ids == self.video_pad_id).int() * 2
         positions, _ = self.model.model.get_rope_index(
             ids, mm_token_type_ids=types, video_grid_thw=grid,
             second_per_grid_ts=torch.tensor([seconds_per_frame * self.frames_per_chunk_multiple]),
@@ -53,10 +53,10 @@ class QwenVLAdapter(ChatMLAdapter):
                   "video_grid_thw": grid.to(self.device)}
         # the next segment starts after every position this chunk used
         grid_tokens = (n_t, int(grid[0, 1]) // merge, int(grid[0, 2]) // merge)  # merged tokens, raster order
-        return ChunkInputs(ids, positions, int(positions.max()) + 1, vision, ids[0] == self._video_pad, grid_tokens)
+        return ChunkInputs(ids, positions, int(positions.max()) + 1, vision, ids[0] == self.video_pad_id, grid_tokens)
 
     def _chunk_token_ids(self, n_patches: int, per_patch: int, t_start_s: float, seconds_per_frame: float) -> list[int]:
-        return [self._vision_start] + [self._video_pad] * (n_patches * per_patch) + [self._vision_end]
+        return [self.vision_start_id] + [self.video_pad_id] * (n_patches * per_patch) + [self.vision_end_id]
 
     def offline_generate(self, frames: Sequence[np.ndarray], question: str, max_new_tokens: int,
                          fps: float = 2.0) -> list[int]:

@@ -20,13 +20,13 @@ class Qwen3VLAdapter(QwenVLAdapter):
     uses_stream_time = True
 
     def _chunk_token_ids(self, n_patches: int, per_patch: int, t_start_s: float, seconds_per_frame: float) -> list[int]:
-        ids: list[int] = [self._vision_start]  # the chat template's own wrapper around a video, kept by the processor
+        ids: list[int] = [self.vision_start_id]  # the chat template's own wrapper around a video, kept by the processor
         k = self.frames_per_chunk_multiple
         for j in range(n_patches):
             first, last = t_start_s + j * k * seconds_per_frame, t_start_s + ((j + 1) * k - 1) * seconds_per_frame
             ids += self.tokenizer.encode(timestamp_text((first + last) / 2), add_special_tokens=False)
-            ids += [self._vision_start] + [self._video_pad] * per_patch + [self._vision_end]
-        return ids + [self._vision_end]
+            ids += [self.vision_start_id] + [self.video_pad_id] * per_patch + [self.vision_end_id]
+        return ids + [self.vision_end_id]
 
 
 def timestamp_text(t_s: float) -> str:

@@ -75,7 +75,7 @@ def _acc(rows: list[dict], key: str = "correct") -> dict:
 
 
 def _pct(values: list[float], q: float) -> float | None:
-    v = timeliness._percentile(values, q)
+    v = timeliness.percentile(values, q)
     return None if v is None else round(v, 1)
 
 

@@ -125,7 +125,7 @@ def precision_recall_at(questions: Sequence[Question], tolerance_s: float) -> di
             "recall": round(hits / n_gold, 4) if n_gold else 0.0}
 
 
-def _percentile(values: Sequence[float], q: float) -> float | None:
+def percentile(values: Sequence[float], q: float) -> float | None:
     """Linear interpolation between closest ranks (numpy's default)."""
     if not values:
         return None
@@ -148,7 +148,7 @@ def report(questions: Sequence[Question], stream_s: float, min_credit: float = M
     """Every timing metric at once, as `streamvid score` reports them."""
     d = delays(questions, min_credit)
     false = sum(len(match(q.replies, q.golds, 1, min_credit).false_replies) for q in questions)
-    med, p90 = _percentile(d, 0.5), _percentile(d, 0.9)
+    med, p90 = percentile(d, 0.5), percentile(d, 0.9)
     return {
         "questions": len(questions),
         "gold_windows": sum(len(q.golds) for q in questions),

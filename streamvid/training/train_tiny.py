@@ -62,7 +62,7 @@ import torch.nn.functional as F
 
 from streamvid.adapters.hf import region_pool
 from streamvid.adapters.qwen2_5_vl import QwenVLAdapter, mean_queries
-from streamvid.adapters.tiny import build_tiny_checkpoint
+from streamvid.checkpoints.tiny import build_tiny_checkpoint
 from streamvid.embedders import REGION_WEIGHT
 from streamvid.sources import FileSource
 from streamvid.synth.questions import QA, describe, frames_show, mentions, sample_qa
@@ -341,7 +341,7 @@ class _Batcher:
                 n = len(tokens)
                 chunk_spans.append((si, len(ids) + 1, len(ids) + 1 + n))
                 chunk_meta.append((s["ti"], frames))
-                ids += [a._vision_start] + [a._video_pad] * n + [a._vision_end]
+                ids += [a.vision_start_id] + [a.video_pad_id] * n + [a.vision_end_id]
                 embeds.append(tokens)
                 grids.append(self.data.chunk_grid)
             lab = [-100] * len(ids)
@@ -383,8 +383,8 @@ class _Batcher:
         g = 0
         for i, (r, lab) in enumerate(zip(rows, labels)):
             ids = torch.tensor([r])
-            types = (ids == a._video_pad).int() * 2
-            n_chunks = int((ids == a._vision_start).sum())
+            types = (ids == a.video_pad_id).int() * 2
+            n_chunks = int((ids == a.vision_start_id).sum())
             p, _ = a.model.model.get_rope_index(ids, mm_token_type_ids=types, video_grid_thw=grid_all[g:g + n_chunks],
                                                 second_per_grid_ts=torch.ones(n_chunks))
             g += n_chunks
@@ -487,7 +487,7 @@ def train(cfg: TrainConfig) -> dict:
             w = cfg.window_blocks if rng.random() < 0.5 else int(rng.integers(2, cfg.window_blocks + 1))
         batch = batcher.build([data.sample(w) for _ in range(cfg.batch)])
         captured.clear()
-        res = _forward(model, batch, output_attentions=True)
+        res = forward(model, batch, output_attentions=True)
         logits = res.logits
         lm_loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), batch["labels"][:, 1:].reshape(-1))
         c_loss = _contrastive(model, batch, captured[0], data)
@@ -526,7 +526,7 @@ def train(cfg: TrainConfig) -> dict:
     return record
 
 
-def _forward(model, batch: dict, **kw):
+def forward(model, batch: dict, **kw):
     """The model's output over a batch from `_Batcher.build`: its precomputed vision tokens in the video slots."""
     ids = batch["input_ids"]
     embeds = model.get_input_embeddings()(ids)
@@ -719,7 +719,7 @@ def _evaluate(model, batcher: _Batcher, samples: list[dict], batch: int = 8) -> 
     right: dict[str, list[bool]] = {}
     for i in range(0, len(samples), batch):
         b = batcher.build(samples[i:i + batch])
-        logits = _forward(model, b).logits
+        logits = forward(model, b).logits
         labels = b["labels"][:, 1:]
         ok = (logits[:, :-1].argmax(-1) == labels) | (labels == -100)
         for s, row in zip(b["samples"], ok.all(-1).tolist()):

@@ -18,7 +18,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 from transformers.utils import logging as hf_logging
 
-from streamvid.adapters.tiny import _ANSWER_WORDS, _CORPUS, CHAT_TEMPLATE, SPECIAL_TOKENS, build_tiny_checkpoint
+from streamvid.checkpoints.tiny import ANSWER_WORDS, CORPUS, CHAT_TEMPLATE, SPECIAL_TOKENS, build_tiny_checkpoint
 
 ARCHS = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision", "llava-next-video")
 
@@ -69,7 +69,7 @@ def bpe_tokenizer(special_tokens: list[str], eos: str, pad: str, chat_template: 
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special_tokens,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator([_CORPUS] * 4 + ["\n".join(_ANSWER_WORDS.split())] * 8, trainer=trainer)
+    tok.train_from_iterator([CORPUS] * 4 + ["\n".join(ANSWER_WORDS.split())] * 8, trainer=trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=eos, pad_token=pad, extra_special_tokens={},
                                    chat_template=chat_template)
 
@@ -197,7 +197,7 @@ def sentencepiece_llama_tokenizer(vocab_size: int = 600):
     import sentencepiece as spm
     from transformers import LlamaTokenizer
 
-    lines = [ln for ln in _CORPUS.splitlines() if ln.strip()] + _ANSWER_WORDS.split() + ["USER: ASSISTANT:"]
+    lines = [ln for ln in CORPUS.splitlines() if ln.strip()] + ANSWER_WORDS.split() + ["USER: ASSISTANT:"]
     with tempfile.TemporaryDirectory() as tmp:
         prefix = str(Path(tmp) / "sp")
         spm.SentencePieceTrainer.train(

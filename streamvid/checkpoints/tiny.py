@@ -40,7 +40,7 @@ CHAT_TEMPLATE = (
 
 # Text the byte-level BPE is trained on: the words the bundled model needs merge into single tokens; any other
 # text still encodes byte by byte.
-_CORPUS = """
+CORPUS = """
 You are a helpful assistant watching a live video stream. Answer briefly from what you saw.
 What colour is the circle? What color is the square? Which shape is red? How many shapes are there?
 Is there a blue triangle? Is there a green star now? Answer yes or no. yes no Yes No
@@ -54,7 +54,7 @@ The star is which colour? What is the colour of the square? What shape is green?
 What did you see at 02:15? What was the colour of the triangle? Which shape is the orange one?
 """
 
-_ANSWER_WORDS = "yes no nothing red green blue yellow purple orange circle square triangle star hexagon diamond"
+ANSWER_WORDS = "yes no nothing red green blue yellow purple orange circle square triangle star hexagon diamond"
 
 
 def build_tokenizer(vocab_size: int = 1000) -> PreTrainedTokenizerFast:
@@ -67,8 +67,8 @@ def build_tokenizer(vocab_size: int = 1000) -> PreTrainedTokenizerFast:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    answers = "\n".join(_ANSWER_WORDS.split())  # answers open the assistant turn: whole words there too
-    tok.train_from_iterator([_CORPUS] * 4 + [answers] * 8, trainer=trainer)
+    answers = "\n".join(ANSWER_WORDS.split())  # answers open the assistant turn: whole words there too
+    tok.train_from_iterator([CORPUS] * 4 + [answers] * 8, trainer=trainer)
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",

@@ -1,0 +1,9 @@
+"""Checkpoints streamvid builds itself, from configs and random weights (no download):
+
+    tiny.py         a small Qwen2.5-VL with its own tokenizer and processor: the tests' model and the start of
+                    `streamvid train-tiny`
+    families.py     a small random checkpoint of every supported family (`streamvid make-tiny --arch A`)
+    random_arch.py  real-size Qwen2.5-VL architectures with random weights (`streamvid bench --arch 3b|7b`)
+
+Each writes an ordinary HF checkpoint directory that the adapters (streamvid/adapters/) load like a hub model.
+"""
