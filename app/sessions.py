@@ -320,7 +320,7 @@ class Session:
         """The keys of `streamvid run`'s stats line for the current (or last) stream, and where it stands."""
         with self._cond:
             stream = self._stream
-            base = {"type": "stats", "model": model_name(self.config.model), "device": self.config.device,
+            base = {"type": "stats", "model": model_name(self.config.model), "device": str(self.adapter.device),
                     "last_ttft_ms": self._last_ttft_ms}
             if stream is None:
                 return {**(self._last_stats or {}), **base, "narrate": self.narrate, "running": False,

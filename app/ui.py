@@ -343,7 +343,7 @@ def _enlarged(image):
 
 
 def _model_label(manager: SessionManager) -> str:
-    return f"{model_name(manager.config.model)} on {manager.config.device}"
+    return f"{model_name(manager.config.model)} on {manager.adapter.device}"
 
 
 def _now_md(status: dict) -> str:
@@ -400,7 +400,7 @@ def _api(manager: SessionManager, ask_timeout_s: float) -> None:
         if s is not None:
             return s.status()
         return {"type": "stats", "running": False, "source": None, "model": model_name(manager.config.model),
-                "device": manager.config.device}
+                "device": str(manager.adapter.device)}
 
     @_user_errors
     def start(source: str, request: gr.Request, video: str | None = None) -> dict:

@@ -52,7 +52,7 @@ def offline_if_local(*models: str | None) -> None:
 
 def add_engine_args(parser: argparse.ArgumentParser, d) -> None:
     """Model placement and budgets, shared by run, demo and score."""
-    parser.add_argument("--device", default="auto", help="auto (CUDA when there is a GPU), cpu, cuda, cuda:N")
+    parser.add_argument("--device", default=d.device, help="auto (CUDA when there is a GPU), cpu, cuda, cuda:N")
     parser.add_argument("--dtype", default=d.dtype, choices=("auto", "bfloat16", "float16", "float32"),
                         help="auto: bfloat16 on CUDA, float32 on the CPU")
     parser.add_argument("--device-map", default=d.device_map, metavar="MAP",
@@ -61,6 +61,10 @@ def add_engine_args(parser: argparse.ArgumentParser, d) -> None:
                         help="attention kernel (auto: flash-attention 2 on CUDA when installed, else SDPA)")
     parser.add_argument("--window-s", type=float, default=d.window_s, help="KV window in seconds of video")
     parser.add_argument("--window-mb", type=float, default=None, help="KV window in MB of KV (instead of seconds)")
+    parser.add_argument("--window-tokens", type=int, default=d.window_tokens,
+                        help="KV window in tokens (instead of seconds)")
+    parser.add_argument("--memory-top-k", type=int, default=d.memory_top_k,
+                        help="blocks retrieved from long-term memory per question (0 turns retrieval off)")
     parser.add_argument("--memory-ram-mb", type=float, default=d.memory_ram_mb, help="long-term memory in RAM")
     parser.add_argument("--memory-disk-mb", type=float, default=d.memory_disk_mb, help="long-term memory on disk")
     parser.add_argument("--memory-kv", default=d.memory_kv, choices=MEMORY_KINDS,
@@ -93,7 +97,8 @@ def engine_config(args: argparse.Namespace, **fields):
 
     return EngineConfig(model=args.model, device=args.device, dtype=args.dtype, device_map=args.device_map,
                         attn=args.attn, window_s=args.window_s, window_mb=args.window_mb,
-                        window_tokens=getattr(args, "window_tokens", None), memory_ram_mb=args.memory_ram_mb,
+                        window_tokens=args.window_tokens, memory_top_k=args.memory_top_k,
+                        memory_ram_mb=args.memory_ram_mb,
                         memory_disk_mb=args.memory_disk_mb, memory_kv=args.memory_kv, memory_keep=args.memory_keep,
                         memory_encoding=args.memory_encoding, index_layer=args.index_layer, embedder=args.embedder,
                         retrieve_for_now=args.retrieve_for_now, fps=args.fps, **fields)
@@ -171,7 +176,7 @@ def _print(obj: dict) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     offline_if_local(args.model, embedder_checkpoint(args))
-    cfg = engine_config(args, memory_top_k=args.memory_top_k, max_new_tokens=args.max_new_tokens,
+    cfg = engine_config(args, max_new_tokens=args.max_new_tokens,
                          frame_px=args.frame_px, narrate=args.narrate)
     check_model(cfg.model)
     asks = sorted(args.ask, key=lambda a: a[0])
@@ -272,7 +277,7 @@ def cmd_score(args: argparse.Namespace) -> int:
         report = write_reports(load_all(args.episodes), args.from_trace, args.out, [str(p) for p in args.episodes],
                                plots=not args.no_plots)
     else:
-        cfg = engine_config(args, memory_top_k=args.memory_top_k, max_new_tokens=args.max_new_tokens,
+        cfg = engine_config(args, max_new_tokens=args.max_new_tokens,
                              frame_px=args.frame_px)
         check_model(cfg.model)
         report = score_files(args.episodes, cfg, args.out, mode=args.mode, resume=args.resume,
@@ -382,8 +387,6 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--narrate", action="store_true", help="comment on the scene when it changes")
     r.add_argument("--fps", type=float, default=d.fps)
     r.add_argument("--realtime", action="store_true", help="pace a file to the wall clock (live semantics)")
-    r.add_argument("--window-tokens", type=int, default=d.window_tokens)
-    r.add_argument("--memory-top-k", type=int, default=d.memory_top_k, help="0 turns retrieval off")
     r.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
     r.add_argument("--frame-px", type=int, default=None, help="resize frames to N x N first")
     add_engine_args(r, d)
@@ -409,8 +412,6 @@ def build_parser() -> argparse.ArgumentParser:
                     help="an LLM judge (HF checkpoint directory or id) for the open-ended answers")
     sc.add_argument("--frame-px", type=int, default=None, help="resize frames to N x N first")
     sc.add_argument("--fps", type=float, default=d.fps)
-    sc.add_argument("--window-tokens", type=int, default=d.window_tokens)
-    sc.add_argument("--memory-top-k", type=int, default=d.memory_top_k)
     sc.add_argument("--max-new-tokens", type=int, default=16)
     add_engine_args(sc, d)
     sc.set_defaults(func=cmd_score)
@@ -477,8 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = [a for a in argv if a != "--debug"]
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    if not debug:
-        log.setLevel(logging.INFO)  # the budgets line of `streamvid run`
+    if not debug:  # the budgets line of `streamvid run`, and what a model folder's metadata changes
+        logging.getLogger("streamvid").setLevel(logging.INFO)
     args = build_parser().parse_args(argv)
     main_thread = threading.current_thread() is threading.main_thread()
     # a service manager's stop (SIGTERM) ends a run as Ctrl-C does

@@ -21,7 +21,10 @@ LLaVA checkpoint is unmeasured; `--index-layer N` (EngineConfig.index_layer) ove
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 TRAINED_MARKER = "training.json"  # written by `streamvid train-tiny` next to the weights
 MEMORY_ENCODINGS = ("window", "sinks")  # what long-term memory keeps of a block (EngineConfig.memory_encoding)
@@ -31,12 +34,18 @@ def default_memory_encoding(model: str) -> str:
     """How blocks bound for long-term memory are encoded (`EngineConfig.memory_encoding`): "sinks" for a
     checkpoint trained by streamvid, which learned to read retrieved blocks encoded after the sinks alone
     (train-tiny lays them out so), else "window" (the block's KV as the window computed it, training-free)."""
-    return "sinks" if (Path(model) / TRAINED_MARKER).is_file() else "window"
+    if (Path(model) / TRAINED_MARKER).is_file():
+        log.info("%s holds %s (trained by streamvid): memory blocks are encoded after the sinks alone "
+                 "(--memory-encoding window overrides)", model, TRAINED_MARKER)
+        return "sinks"
+    return "window"
 
 
 def default_index_layer(config: dict, model: str) -> int:
     """Layer 0 for a checkpoint trained by streamvid (its folder has training.json), else the middle layer."""
     if (Path(model) / TRAINED_MARKER).is_file():
+        log.info("%s holds %s (trained by streamvid): retrieval vectors from decoder layer 0 (--index-layer N "
+                 "overrides)", model, TRAINED_MARKER)
         return 0
     text = config.get("text_config") or config
     layers = text.get("num_hidden_layers") or config.get("num_hidden_layers")

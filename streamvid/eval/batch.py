@@ -258,8 +258,8 @@ def _run_ray(todo: list[dict], config: EngineConfig, mode: str, address: str, wo
         else:
             ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
-        gpu = config.device.startswith("cuda")
         resources = ray.cluster_resources()
+        gpu = config.device.startswith("cuda") or (config.device == "auto" and resources.get("GPU", 0) > 0)
         n = workers or max(1, int(resources.get("GPU" if gpu else "CPU", 1)))
         n = max(1, min(n, len(todo)))
         actor = ray.remote(num_cpus=0 if gpu else 1, num_gpus=1 if gpu else 0)(EpisodeWorker)
