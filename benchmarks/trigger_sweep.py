@@ -44,15 +44,13 @@ def record(ep: dict, adapter, cfg: EngineConfig) -> dict:
     sa = StreamingAssistant(cfg, adapter=adapter)
     scores: dict[str, list[tuple[float, float]]] = {}
     scenes: dict[float, list] = {}
-    update = sa.reasoning._update
 
-    def recording_update(tr, score, r, emit):
-        scores.setdefault(tr.id, []).append((r.t_s, float(score)))
-        if r.t_s not in scenes and r.scene is not None:
-            scenes[r.t_s] = np.asarray(r.scene, np.float32).round(5).tolist()
-        update(tr, score, r, emit)
+    def record(trigger_id: str, t_s: float, score: float, scene) -> None:
+        scores.setdefault(trigger_id, []).append((t_s, score))
+        if t_s not in scenes and scene is not None:
+            scenes[t_s] = np.asarray(scene, np.float32).round(5).tolist()
 
-    sa.reasoning._update = recording_update
+    sa.reasoning.on_score = record
     outputs = sa.run_simulated(FileSource(ep["video"]["path"], fps=cfg.fps), [(q["t"], q["text"]) for q, _ in forward])
     acks = [o for o in outputs if o.kind == "answer"]
     order = sorted(range(len(forward)), key=lambda i: forward[i][0]["t"])

@@ -225,7 +225,8 @@ def _run(args: argparse.Namespace, cfg, asks: list[tuple[float, str]], watches: 
     finally:
         if autosaver is not None:
             autosaver.stop()
-        changed = sa.ingest.frames_in > 0 or sa.reasoning.answered > 0
+        done = sa.stats()
+        changed = done["frames_in"] > 0 or done["questions_answered"] > 0
         saved = sa.stop(save_to=args.session if args.session is not None and changed else None)
     stats = {"type": "stats", **sa.stats(), "wall_s": round(time.perf_counter() - t0, 2)}
     if args.session is not None:

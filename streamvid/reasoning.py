@@ -181,6 +181,9 @@ class ReasoningWorker:
         self.probes_skipped = 0  # trigger probes the change gate skipped (the last score was carried over)
         self.probe_forwards = 0
         self.alerts = 0
+        # called with (trigger id, stream time, p(yes), the chunk's vision tokens or None) for every probe score
+        # a trigger gets: what benchmarks/trigger_sweep.py records to choose the firing rule
+        self.on_score: Callable[[str, float, float, np.ndarray | None], None] | None = None
         self.remarks = 0
 
     def step(self) -> bool:
@@ -282,6 +285,8 @@ class ReasoningWorker:
     def _update(self, tr: Trigger, score: float, r: _Round, emit: Callable[[Output], None]) -> None:
         if tr.id not in self.triggers:  # unwatched while its probe ran
             return
+        if self.on_score is not None:
+            self.on_score(tr.id, r.t_s, float(score), r.scene)
         tr.score, tr.score_t_s = score, r.t_s
         fired = tr.rule.update(score, r.t_s)
         if tr.rule.streak == 1:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from streamvid.eval.convert import convert, write
-from streamvid.eval.convert._common import ConvertError, parse_time
+from streamvid.eval.convert.common import ConvertError, parse_time
 from streamvid.eval.score import load_episodes
 
 DATA = Path(__file__).parent / "data" / "benchmarks"

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from . import ovo_bench, proactivevideoqa, rvs, streamingbench, svbench
-from ._common import ConvertError
+from .common import ConvertError
 
 CONVERTERS: dict[str, Callable[[list, str | Path], list[dict]]] = {
     "ovo-bench": ovo_bench.convert,

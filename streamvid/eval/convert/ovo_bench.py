@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._common import LETTERS, EpisodeBuilder, Record, group, lettered, read_json, records, video_under
+from .common import LETTERS, EpisodeBuilder, Record, group, lettered, read_json, records, video_under
 
 BACKWARD = ("EPM", "ASI", "HLD")
 REALTIME = ("STU", "OJR", "ATR", "ACR", "OCR", "FPD")

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._common import ConvertError, EpisodeBuilder, Record, read_json, records, video_under
+from .common import ConvertError, EpisodeBuilder, Record, read_json, records, video_under
 
 SUBSETS = ("WEB", "EGO", "TV", "VAD")
 SUBTITLE = "Subtitle:"

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
-from ._common import ConvertError, EpisodeBuilder, Record, read_json, records, video_under
+from .common import ConvertError, EpisodeBuilder, Record, read_json, records, video_under
 
 PROMPT = "rvs"
 

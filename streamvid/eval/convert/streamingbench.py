@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from pathlib import Path, PurePosixPath
 
-from ._common import (
+from .common import (
     LETTERS,
     ConvertError,
     EpisodeBuilder,

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ._common import EpisodeBuilder, read_json, records, video_under
+from .common import EpisodeBuilder, read_json, records, video_under
 
 DIALOGUE_TURNS = 6  # a chain has 5-6 questions: keep the whole chain as context
 
