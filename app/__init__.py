@@ -2,7 +2,9 @@
 
     cli.py         the `demo` command, plugged into `streamvid` (the `streamvid.commands` entry point)
     app.py         the same as a script: `python app/app.py` (the Hugging Face Spaces convention)
-    ui.py          layout, callbacks and API endpoints (the only module that imports gradio)
+    server.py      where uploads go, who may bind where, the launch with its login throttle
+    ui.py          the page: layout and callbacks
+    api.py         the scriptable endpoints, and how a call finds its session (login user + session hash)
     manager.py     the sessions of one server on one loaded model: caps (per client too), idle cleanup
     sessions.py    one session: its stream, chat, alerts and standing conditions
     inputs.py      what a page or API client may open (demo clips, uploads, URLs, pushed frames) and how

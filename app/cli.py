@@ -57,7 +57,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from streamvid_app.inputs import InputPolicy
     from streamvid_app.manager import SessionManager
     from streamvid_app.frames import cap_decoded_pixels
-    from streamvid_app.ui import build_demo, check_bind, launch, upload_folder
+    from streamvid_app.server import check_bind, launch, upload_folder
+    from streamvid_app.ui import build_demo
 
     auth = args.auth if args.auth is not None else os.environ.get("STREAMVID_AUTH") or None
     creds = check_bind(args.host, auth)  # refused before the model is loaded

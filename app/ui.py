@@ -1,94 +1,42 @@
-"""The web page and scriptable API of `streamvid demo` (Gradio): layout and callbacks only.
+"""The web page of `streamvid demo` (Gradio): layout and callbacks only.
 
-    streamvid demo [--model M] [--video V] [--host 127.0.0.1] [--port 7860] [--auth USER:PASS]
-
-    from streamvid_app.ui import build_demo, launch
-    demo = build_demo(manager)            # a SessionManager (streamvid_app.manager)
+    from streamvid_app.ui import build_demo
+    from streamvid_app.server import launch
+    demo = build_demo(manager)            # a SessionManager (streamvid_app.manager): the page and the API
     launch(demo, host="127.0.0.1", port=7860, auth=None, max_upload_mb=200)
 
-Every callback maps onto one `Session` method; the session is keyed by gradio's session hash, so each browser tab
-and each `gradio_client.Client` has its own assistant. The page: inputs (webcam, demo clip, upload, URL), what the
-assistant sees with the stream time, live stats, a chat whose answers stream in marked with their stream time,
-standing "tell me when" conditions with an alert timeline. A `gr.Timer` refreshes the page once a second.
-
-API (plain endpoints, `gradio_client.Client(url).predict(..., api_name=...)`), returning the JSON objects that
-`streamvid run` prints:
-
-    /start(source, video=None) -> status      source: a demo clip name, a URL, "push", or "" with `video` a file
-    /push_frame(image, t_s=None) -> status    an RGB image for a "push" stream, at stream time t_s (None: now)
-    /ask(question) -> answer                  waits for the whole answer
-    /watch(condition, fire=None, reset=None) -> {"trigger_id"}    /unwatch(trigger_id) -> status
-    /poll(cursor) -> {"cursor", "outputs"}    answers, alerts, remarks and status events since cursor
-    /status() -> stats                        /stop() -> stats
+Every callback maps onto one `Session` method; a session belongs to the login user and gradio's session hash, so
+each browser tab and each `gradio_client.Client` has its own assistant (api.py: `session_key`). The page: inputs
+(webcam, demo clip, upload, URL), what the assistant sees with the stream time, live stats, a chat whose answers
+stream in marked with their stream time, standing "tell me when" conditions with an alert timeline. A `gr.Timer`
+refreshes the page once a second. The scriptable endpoints are api.py's.
 """
 
 from __future__ import annotations
 
-import functools
 import html
-import ipaddress
 from dataclasses import dataclass
 
 import gradio as gr
-import gradio.utils
-from starlette.middleware import Middleware
 
-from streamvid_app import frames, validation
+from streamvid_app import validation
+from streamvid_app.api import (
+    USER_ERRORS,
+    ArgumentError,
+    add_api,
+    existing_session,
+    session_key,
+    user_errors,
+    with_session,
+)
 from streamvid_app.chat import alert_text, clock, model_name
-from streamvid_app.inputs import VIDEO_SUFFIXES, InputRefused
-from streamvid_app.login import LoginThrottle, check_password
+from streamvid_app.inputs import VIDEO_SUFFIXES
 from streamvid_app.manager import SessionManager
-from streamvid_app.sessions import Session, SessionError, triggers_available
+from streamvid_app.sessions import SessionError, triggers_available
 
 REFRESH_S = 1.0  # how often the page's timer refreshes stats, preview, chat and timeline
 PREVIEW_PX = 224  # smaller frames are shown enlarged (nearest neighbour) in "what the assistant sees"
 _UNSEEN = {"v": -1, "f": -1, "t": None}  # what a tab has rendered: session version, frame index, trigger ids
-USER_ERRORS = (SessionError, InputRefused, ValueError, RuntimeError, OSError)
-MIN_REST_HASH = 16  # characters of a session hash that a REST call chooses itself
-ArgumentError = validation.ArgumentError
-
-
-def upload_folder() -> str:
-    """Where gradio stores uploaded files (the only folder, besides the demo clips, that inputs may come from)."""
-    return gradio.utils.get_upload_folder()
-
-
-def check_bind(host: str, auth: str | None) -> tuple[str, str] | None:
-    """(user, password) from "USER:PASS"; refuses a non-loopback host without auth, in one line."""
-    creds = None
-    if auth is not None:
-        user, sep, password = auth.partition(":")
-        if not sep or not user or not password:
-            raise ValueError(f"--auth expects USER:PASS with both parts non-empty, got {len(auth)} characters "
-                             f"without that form")
-        creds = (user, password)
-        check_password(user, password, loopback=_is_loopback(host))
-    if creds is None and not _is_loopback(host):
-        raise ValueError(f"refusing to listen on {host} without --auth USER:PASS (or STREAMVID_AUTH): anyone who "
-                         f"can reach that address could use the assistant; use --host 127.0.0.1 for local use")
-    return creds
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def launch(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = 7860, auth: tuple[str, str] | None = None,
-           max_upload_mb: float = 200.0, block: bool = True) -> gr.Blocks:
-    """Serve `demo` (bound to `host`; see check_bind). `block=False` returns once the server is up."""
-    if auth is None and not _is_loopback(host):
-        raise ValueError(f"refusing to listen on {host} without auth")
-    demo.queue(default_concurrency_limit=None)  # sessions are bounded by the manager, not by the queue
-    throttle = [Middleware(LoginThrottle)] if auth is not None else []
-    demo.launch(server_name=host, server_port=port, auth=auth, max_file_size=int(max_upload_mb * 2**20),
-                ssr_mode=False, show_error=True, quiet=not block, prevent_thread_lock=not block,
-                footer_links=["api"], app_kwargs={"middleware": throttle})
-    return demo
 
 
 # ---- the page ---------------------------------------------------------------------------------------------
@@ -107,7 +55,7 @@ def build_demo(manager: SessionManager, ask_timeout_s: float = 120.0) -> gr.Bloc
     """The page and the API endpoints, on `manager`'s sessions."""
     fps = manager.config.fps
     with gr.Blocks(title="streamvid", analytics_enabled=False) as demo:
-        _api(manager, ask_timeout_s)  # first: the endpoints get their names before the page's private events
+        add_api(manager, ask_timeout_s)  # first: the endpoints get their names before the page's private events
         gr.Markdown(f"## streamvid — ask a live video stream\nModel **{_model_label(manager)}**. Pick an input "
                     f"and press start (or record with the webcam), then ask at any moment; answers are marked "
                     f"with the stream time they refer to.")
@@ -190,62 +138,21 @@ def _outputs(page: _Page) -> list:
 
 
 # ---- callbacks --------------------------------------------------------------------------------------------
-def _user_errors(fn):
-    """Errors a user can cause become a message in the page (gr.Error); the session lives on."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except USER_ERRORS as e:
-            raise gr.Error(str(e), print_exception=False) from e
-
-    return wrapper
-
-
-def session_key(request: gr.Request) -> str:
-    """A session belongs to the login user (with auth on) and gradio's session hash, so that one user never reaches
-    another's session; a REST call (`/gradio_api/call/...`) that names its own hash must make it at least
-    MIN_REST_HASH characters long (the page's own hashes are random and are not checked)."""
-    h = request.session_hash or ""
-    url = getattr(request, "url", None)
-    if "/call/" in str(getattr(url, "path", "")) and len(h) < MIN_REST_HASH:
-        raise ArgumentError(f"session_hash must be at least {MIN_REST_HASH} random characters, got {len(h)}")
-    return f"{request.username}\n{h}" if request.username else h
-
-
-def client_of(request: gr.Request) -> str:
-    """Who holds a session, for the per-client limit: the login user, else the caller's address."""
-    if request.username:
-        return f"user:{request.username}"
-    client = getattr(request, "client", None)
-    return f"address:{getattr(client, 'host', '')}"
-
-
-def _with_session(manager: SessionManager, request: gr.Request, fn):
-    """fn(session) on this caller's session, made for the call when there is none and kept only if it succeeds."""
-    return manager.call(session_key(request), client_of(request), fn)
-
-
-def _existing(manager: SessionManager, request: gr.Request) -> Session | None:
-    return manager.get(session_key(request))
-
-
 def _wire_inputs(manager: SessionManager, inputs: dict, page: _Page, fps: float) -> None:
-    @_user_errors
+    @user_errors
     def start(spec: str, request: gr.Request):
-        _with_session(manager, request, lambda s: s.start(validation.text(spec, "source")))
+        with_session(manager, request, lambda s: s.start(validation.text(spec, "source")))
         return _render(manager, request, _UNSEEN)
 
-    @_user_errors
+    @user_errors
     def start_upload(path: str | None, request: gr.Request):
         if not path:
             raise SessionError("choose a video file first")
         return start(path, request)
 
-    @_user_errors
+    @user_errors
     def stop(request: gr.Request):
-        s = _existing(manager, request)
+        s = existing_session(manager, request)
         if s is not None:
             s.stop()
         return _render(manager, request, _UNSEEN)
@@ -254,7 +161,7 @@ def _wire_inputs(manager: SessionManager, inputs: dict, page: _Page, fps: float)
         if image is None:
             return
         try:
-            _with_session(manager, request, lambda s: s.push_frame(image, webcam=True))
+            with_session(manager, request, lambda s: s.push_frame(image, webcam=True))
         except USER_ERRORS as e:  # shown once per frame would flood the page: a warning toast
             gr.Warning(str(e))
 
@@ -273,7 +180,7 @@ def _wire_chat(manager: SessionManager, question: gr.Textbox, ask_btn: gr.Button
                ask_timeout_s: float) -> None:
     def ask(text: str, request: gr.Request):
         try:
-            s, qid = _with_session(manager, request, lambda s: (s, s.ask(validation.text(text, "question"))))
+            s, qid = with_session(manager, request, lambda s: (s, s.ask(validation.text(text, "question"))))
         except USER_ERRORS as e:
             raise gr.Error(str(e), print_exception=False) from e
         yield "", s.chat()
@@ -286,23 +193,23 @@ def _wire_chat(manager: SessionManager, question: gr.Textbox, ask_btn: gr.Button
 
 
 def _wire_triggers(manager: SessionManager, panel: dict, page: _Page) -> None:
-    @_user_errors
+    @user_errors
     def add(condition: str, request: gr.Request):
-        _with_session(manager, request, lambda s: s.watch(validation.text(condition, "condition")))
+        with_session(manager, request, lambda s: s.watch(validation.text(condition, "condition")))
         return "", *_render(manager, request, _UNSEEN)
 
-    @_user_errors
+    @user_errors
     def remove(trigger_id: str | None, request: gr.Request):
-        s = _existing(manager, request)
+        s = existing_session(manager, request)
         if trigger_id and s is not None:
             s.unwatch(trigger_id)
         return _render(manager, request, _UNSEEN)
 
-    @_user_errors
+    @user_errors
     def narrate(on: bool, request: gr.Request) -> None:
         if not isinstance(on, bool):
             raise ArgumentError(f"narrate must be true or false, got {on!r}"[:120])
-        _with_session(manager, request, lambda s: setattr(s, "narrate", on))
+        with_session(manager, request, lambda s: setattr(s, "narrate", on))
 
     outs = _outputs(page)
     private = {"api_visibility": "private", "concurrency_limit": None}
@@ -314,7 +221,7 @@ def _wire_triggers(manager: SessionManager, panel: dict, page: _Page) -> None:
 
 def _render(manager: SessionManager, request: gr.Request, seen: dict) -> tuple:
     """The page's live parts for this tab's session; parts that did not change since `seen` are skipped."""
-    s = _existing(manager, request)
+    s = existing_session(manager, request)
     if s is None:
         return ("*Nothing is playing.*", gr.skip(), _stats_md(None), gr.skip(), gr.skip(), gr.skip(), seen)
     status = s.status()
@@ -391,88 +298,3 @@ def _timeline_html(alerts: list[dict], now_s: float | None) -> str:
             f'{marks}</div><ul style="margin:0">{listing or "<li><i>none yet</i></li>"}</ul></div>')
 
 
-# ---- the scriptable API -----------------------------------------------------------------------------------
-def _api(manager: SessionManager, ask_timeout_s: float) -> None:
-    """Plain endpoints for gradio_client; each client (session hash) has its own session."""
-
-    def idle_stats(request: gr.Request) -> dict:
-        s = _existing(manager, request)
-        if s is not None:
-            return s.status()
-        return {"type": "stats", "running": False, "source": None, "model": model_name(manager.config.model),
-                "device": str(manager.adapter.device)}
-
-    @_user_errors
-    def start(source: str, request: gr.Request, video: str | None = None) -> dict:
-        source = validation.text(source, "source", empty_ok=True)
-        video = validation.optional_text(video, "video")
-        spec = video if video and not source.strip() else source
-        validation.text(spec, "source")
-        return _with_session(manager, request, lambda s: s.start(spec))
-
-    @_user_errors
-    def push_frame(image: str | None, request: gr.Request, t_s: float | None = None) -> dict:
-        if image is None:
-            raise SessionError("no image")
-        path = validation.text(image, "image")
-        t_s = validation.stream_time(t_s)
-        try:
-            frame = frames.load(path, manager.policy.max_frame_pixels, manager.config.frame_px)
-        finally:
-            manager.uploads.discard(path)  # a pushed frame's upload is not kept
-        return _with_session(manager, request, lambda s: s.push_frame(frame, t_s))
-
-    @_user_errors
-    def ask(question: str, request: gr.Request) -> dict:
-        """Ask about the stream so far; waits for the whole answer."""
-        question = validation.text(question, "question")
-        s, qid = _with_session(manager, request, lambda s: (s, s.ask(question)))
-        return s.wait_answer(qid, ask_timeout_s)
-
-    @_user_errors
-    def watch(condition: str, request: gr.Request, fire: float | None = None, reset: float | None = None) -> dict:
-        """Add a standing "tell me when ..." condition; `fire` / `reset` override the p(yes) thresholds."""
-        condition = validation.text(condition, "condition")
-        values = (("fire", validation.optional_number(fire, "fire", 0.0, 1.0)),
-                  ("reset", validation.optional_number(reset, "reset", 0.0, 1.0)))
-        thresholds = {k: v for k, v in values if v is not None}
-        return {"trigger_id": _with_session(manager, request, lambda s: s.watch(condition, **thresholds))}
-
-    @_user_errors
-    def unwatch(trigger_id: str, request: gr.Request) -> dict:
-        """Remove a standing condition."""
-        trigger_id = validation.text(trigger_id, "trigger_id")
-        s = _existing(manager, request)
-        removed = s.unwatch(trigger_id) if s is not None else False
-        return {"type": "status", "event": "unwatched" if removed else "unknown_trigger", "trigger_id": trigger_id}
-
-    @_user_errors
-    def poll(cursor: int, request: gr.Request) -> dict:
-        """Answers, alerts, remarks and status events since `cursor` (0 at first)."""
-        cursor = validation.cursor(cursor)
-        s = _existing(manager, request)
-        return s.poll(cursor) if s is not None else {"cursor": 0, "outputs": []}
-
-    @_user_errors
-    def status(request: gr.Request) -> dict:
-        """The stats of this client's stream (the keys of `streamvid run`'s stats line)."""
-        return idle_stats(request)
-
-    @_user_errors
-    def stop(request: gr.Request) -> dict:
-        """Stop this client's stream; returns its final stats."""
-        s = _existing(manager, request)
-        return s.stop() if s is not None else idle_stats(request)
-
-    with gr.Column(visible=False):
-        source = gr.Textbox(label="source")
-        video = gr.File(label="video", file_types=list(VIDEO_SUFFIXES), type="filepath")
-        # a file path, read by frames.load: sized from its header before anything decodes it
-        image = gr.Image(label="image", type="filepath", image_mode=None)
-        t_s = gr.Number(label="t_s", value=None)
-        out = gr.JSON()
-        trigger_start, trigger_push = gr.Button(), gr.Button()
-    trigger_start.click(start, [source, video], out, api_name="start", concurrency_limit=None)
-    trigger_push.click(push_frame, [image, t_s], out, api_name="push_frame", concurrency_limit=None)
-    for fn in (ask, watch, unwatch, poll, status, stop):
-        gr.api(fn, api_name=fn.__name__, concurrency_limit=None)

@@ -80,7 +80,8 @@ def http_round_trip(cfg: EngineConfig, images: list) -> dict:
 
     from streamvid_app.inputs import InputPolicy
     from streamvid_app.manager import SessionManager
-    from streamvid_app.ui import build_demo, launch, upload_folder
+    from streamvid_app.server import launch, upload_folder
+    from streamvid_app.ui import build_demo
 
     manager = SessionManager(cfg, InputPolicy.default([upload_folder()]))
     demo = launch(build_demo(manager), port=None, block=False)

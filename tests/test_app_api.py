@@ -18,7 +18,8 @@ from streamvid.assets import DEMO_VIDEOS
 from streamvid_app.inputs import InputPolicy
 from streamvid_app.manager import SessionManager
 from streamvid_app.sessions import triggers_available
-from streamvid_app.ui import build_demo, check_bind, launch, upload_folder
+from streamvid_app.server import check_bind, launch, upload_folder
+from streamvid_app.ui import build_demo
 from streamvid.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
 from streamvid.sources import FileSource

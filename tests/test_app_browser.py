@@ -80,7 +80,8 @@ def write_y4m(path: Path, clip: Path, seconds: float, scale: int = 4) -> Path:
 
 @pytest.fixture
 def served():
-    from streamvid_app.ui import build_demo, launch, upload_folder
+    from streamvid_app.server import launch, upload_folder
+    from streamvid_app.ui import build_demo
 
     manager = SessionManager(EngineConfig(frame_px=112, max_new_tokens=12), InputPolicy.default([upload_folder()]))
     demo = launch(build_demo(manager), port=None, block=False)

@@ -22,7 +22,8 @@ from streamvid_app.inputs import InputPolicy
 from streamvid_app.login import LoginThrottle
 from streamvid_app.manager import SessionManager
 from streamvid_app.sessions import SessionLimitError
-from streamvid_app.ui import build_demo, check_bind, launch, upload_folder
+from streamvid_app.server import check_bind, launch, upload_folder
+from streamvid_app.ui import build_demo
 from streamvid_app.uploads import UploadFolders
 
 CONFIG = EngineConfig(model="unused", window_tokens=60, max_new_tokens=3, frame_px=56)
