@@ -4,7 +4,6 @@
     optional_number(value, "fire", 0, 1)     # None, or a finite number within [low, high]
     cursor(value)                            # an int >= 0 (a JSON number with no fraction)
     stream_time(value, after_s=5.0)          # None, or a finite time in [after_s, MAX_STREAM_S]
-    finite_json(obj)                         # obj, refused if it holds NaN or an infinity anywhere
 
 Every check raises `ArgumentError` (a ValueError), which the page and the API show as the call's error; the session
 stays as it was. Values arrive from JSON, so a bool is not a number and a float with no fraction is an int.
@@ -70,19 +69,6 @@ def stream_time(value, after_s: float | None = None) -> float | None:
     if after_s is not None and t_s < after_s:
         raise ArgumentError(f"t_s {t_s:g} is earlier than the last frame's {after_s:g}: stream times only go forward")
     return t_s
-
-
-def finite_json(obj, name: str = "value"):
-    """`obj` unchanged when every number in it is finite; ArgumentError naming the first one that is not."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        raise ArgumentError(f"{name} holds {obj}, which JSON cannot carry")
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            finite_json(v, f"{name}.{k}")
-    elif isinstance(obj, list | tuple):
-        for i, v in enumerate(obj):
-            finite_json(v, f"{name}[{i}]")
-    return obj
 
 
 def _kind(value) -> str:
