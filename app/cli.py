@@ -32,7 +32,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     dm.add_argument("--fps", type=float, default=d.fps)
     dm.add_argument("--frame-px", type=int, default=112, help="frames are resized to N x N (the bundled model: 112)")
     dm.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
-    dm.add_argument("--max-sessions", type=int, default=4, help="browser tabs / API clients served at once")
+    dm.add_argument("--max-sessions", type=int, default=None,
+                    help="browser tabs / API clients served at once (default: the engine's --max-streams)")
     dm.add_argument("--max-sessions-per-client", type=int, default=None, metavar="N",
                     help="sessions one login user (or one address without login) may hold (default: half)")
     dm.add_argument("--idle-timeout-s", type=float, default=600.0, help="close a session idle this long")

@@ -1,6 +1,6 @@
 """The sessions of one `streamvid demo` server: one per browser tab or API client, all on one loaded model.
 
-    manager = SessionManager(EngineConfig(), policy, max_sessions=4, idle_timeout_s=600)  # loads the model once
+    manager = SessionManager(EngineConfig(), policy, idle_timeout_s=600)  # loads the model once: one engine
     manager.call(key, client, lambda s: s.start("shapes_7"))   # the session is kept only if the call succeeds
     manager.get(key)                                            # None when there is none
     manager.close(key)                                          # tab closed; idle ones are closed by the reaper
@@ -17,7 +17,8 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from streamvid.adapters.base import VideoLLMAdapter, adapter_for
+from streamvid.adapters.base import VideoLLMAdapter
+from streamvid.engine import Engine
 from streamvid.config import EngineConfig
 from streamvid_app.inputs import InputPolicy
 from streamvid_app.sessions import Session, SessionLimitError
@@ -28,20 +29,27 @@ T = TypeVar("T")
 
 
 class SessionManager:
-    """Sessions by key (the login user and gradio's session hash: one per browser tab or API client), sharing one
-    loaded adapter. A session is made only by a call that succeeds (`call`), and one client (a login user, or an
-    address without login) holds at most `max_sessions_per_client` of the `max_sessions` slots, so a client
-    that opens many cannot lock the others out."""
+    """Sessions by key (the login user and gradio's session hash: one per browser tab or API client), each a stream
+    on one shared engine (one loaded model, one scheduler batching the sessions' work). A session is made only by
+    a call that succeeds (`call`), and one client (a login user, or an address without login) holds at most
+    `max_sessions_per_client` of the `max_sessions` slots (at most the engine's streams), so a client that opens
+    many cannot lock the others out."""
 
     def __init__(self, config: EngineConfig, policy: InputPolicy, adapter: VideoLLMAdapter | None = None,
-                 max_sessions: int = 4, idle_timeout_s: float = 600.0, reap_every_s: float = 10.0,
-                 max_sessions_per_client: int | None = None, upload_quota_mb: float = 2048.0):
+                 max_sessions: int | None = None, idle_timeout_s: float = 600.0, reap_every_s: float = 10.0,
+                 max_sessions_per_client: int | None = None, upload_quota_mb: float = 2048.0,
+                 engine: Engine | None = None):
+        # `engine`: an engine of the caller's (streamvid serve --ui), shared with its streams and not closed here
+        self.engine = engine if engine is not None else Engine(config, adapter)
+        self._own_engine = engine is None
+        self.engine.start()  # warmed up and scheduling before the first session opens a (live) source
+        max_sessions = self.engine.max_streams if max_sessions is None else min(max_sessions, self.engine.max_streams)
         per_client = max(1, max_sessions // 2) if max_sessions_per_client is None else max_sessions_per_client
         if max_sessions < 1 or per_client < 1 or idle_timeout_s <= 0 or reap_every_s <= 0:
             raise ValueError(f"expected max_sessions >= 1, max_sessions_per_client >= 1, idle_timeout_s > 0 and "
                              f"reap_every_s > 0, got {max_sessions}, {per_client}, {idle_timeout_s}, {reap_every_s}")
         self.config, self.policy = config, policy
-        self.adapter = adapter or adapter_for(config)
+        self.adapter = self.engine.adapter
         self.max_sessions, self.idle_timeout_s = max_sessions, idle_timeout_s
         self.max_sessions_per_client = min(per_client, max_sessions)
         self.uploads = UploadFolders(policy.upload_dirs, upload_quota_mb)
@@ -86,7 +94,7 @@ class SessionManager:
             if client and sum(o.client == client for o in self._sessions.values()) >= self.max_sessions_per_client:
                 raise SessionLimitError(f"this client already has {self.max_sessions_per_client} sessions, the most "
                                         f"one client may hold; stop one (or close its tab) first")
-            s = self._sessions[key] = Session(key, self.config, self.adapter, self.policy, client=client,
+            s = self._sessions[key] = Session(key, self.config, self.engine, self.policy, client=client,
                                               uploads=self.uploads)
             return s, True
 
@@ -122,6 +130,8 @@ class SessionManager:
             closing, self._sessions = list(self._sessions.values()), {}
         for s in closing:
             s.close()
+        if self._own_engine:
+            self.engine.close()
 
     def _reap_loop(self, every_s: float) -> None:
         while not self._stop.wait(every_s):

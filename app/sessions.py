@@ -29,7 +29,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from streamvid.adapters.base import VideoLLMAdapter
+from streamvid.engine import Engine
 from streamvid.assistant import BusyError, StreamingAssistant
 from streamvid.config import EngineConfig
 from streamvid.types import Frame
@@ -113,10 +113,11 @@ class _Stream:
 
 
 class Session:
-    def __init__(self, key: str, config: EngineConfig, adapter: VideoLLMAdapter, policy: InputPolicy,
+    def __init__(self, key: str, config: EngineConfig, engine: Engine, policy: InputPolicy,
                  log_size: int = 1000, webcam_gap_s: float = 3.0, client: str = "",
                  uploads: UploadFolders | None = None):
-        self.key, self.config, self.adapter, self.policy = key, config, adapter, policy
+        self.key, self.config, self.engine, self.policy = key, config, engine, policy
+        self.adapter = engine.adapter
         self.uploads = uploads  # an uploaded video is removed once its stream stops
         self.client = client  # who made it (login user or address): the per-client session limit counts these
         self.webcam_gap_s = webcam_gap_s
@@ -415,7 +416,7 @@ class Session:
     def _new_assistant(self) -> StreamingAssistant:
         """A fresh assistant on the shared model, watching the session's standing conditions (under new ids)."""
         config = self.config if self.config.narrate == self.narrate else self.config.replace(narrate=self.narrate)
-        sa = StreamingAssistant(config, adapter=self.adapter)
+        sa = StreamingAssistant(config, engine=self.engine)
         if self._conditions and triggers_available():
             with self._cond:
                 conditions = list(self._conditions.values())

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from streamvid.adapters.row_by_row import RowByRow
 from streamvid.adapters.base import load_adapter
 from streamvid.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
@@ -52,7 +53,7 @@ class Timeline:
                          if tr["enter_s"] - 1e-6 <= tf < tr["leave_s"] - 1e-6)
 
 
-class TimelineProbes:
+class TimelineProbes(RowByRow):
     """The real adapter, except that probes answer from the timeline at the last frame of the newest chunk of the
     context (found by its KV values, which carry no position; its time by its last frame)."""
 
@@ -68,11 +69,11 @@ class TimelineProbes:
         self._chunks.append((enc.values[0], self._frame_times[np.ascontiguousarray(frames[-1]).tobytes()]))
         return enc
 
-    def probe_many(self, context, questions):
+    def probe(self, context, question):
         tail = context.values[0]
         t = next(t for v, t in reversed(self._chunks) if torch.equal(tail[:, :, -v.shape[2]:], v))
         visible = self._timeline.pairs(t)
-        return [0.95 if (m := _PAIR.match(q)) and m.groups() in visible else 0.05 for q in questions]
+        return 0.95 if (m := _PAIR.match(question)) and m.groups() in visible else 0.05
 
 
 def timing(ep: dict, adapter, timeline: Timeline, cfg: EngineConfig) -> dict:
@@ -107,7 +108,7 @@ def gate(ep: dict, adapter, timeline: Timeline, cfg: EngineConfig) -> dict:
     prev = None
     while (f := src.read()) is not None:
         n = sa.ingest.blocks_encoded
-        sa.ingest.push(f)
+        sa.feed([f])
         if sa.ingest.blocks_encoded == n:
             continue
         scene, seen = scene_features(sa.window.snapshot().blocks[-1]), timeline.pairs(f.t_s)

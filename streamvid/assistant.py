@@ -1,4 +1,4 @@
-"""StreamingAssistant: wires a source, the adapter, the KV window, long-term memory and the two workers.
+"""StreamingAssistant: one stream on an engine, fed from a source, answering questions and watching for events.
 
     with StreamingAssistant(EngineConfig(model=...)) as sa:
         sa.start(open_source("clip.mp4", fps=2.0, realtime=True))
@@ -7,111 +7,94 @@
         for out in sa.outputs(timeout_s=5.0):
             print(out.to_json())
 
+By default an assistant has an engine (engine.py) of its own; `StreamingAssistant(config, engine=engine)` puts it
+on a shared one, whose scheduler batches its work with the other streams'.
+
 Thread contract: `start`, `ask`, `watch`, `unwatch`, `triggers`, `outputs`, `stats` and `stop` are for the
-caller's thread(s). `ask` only puts on the bounded questions queue and `watch`/`unwatch` only change the trigger
-set (see reasoning.TriggerSet); answers, tokens, alerts and narration come back on the outputs queue. A worker's
-exception stops the session and is re-raised by `outputs()` (and `stop()`). `run_simulated` runs both workers'
-logic on the caller's thread, in stream order, for reproducible replays; it must not be mixed with `start`.
-`save(dir)` may be called from any thread, also while the workers run (saves are serialised); `resume(dir)` makes
+caller's thread(s). `ask` only puts on the stream's bounded questions queue and `watch`/`unwatch` only change the
+trigger set (see reasoning.TriggerSet); answers, tokens, alerts and narration come back on the outputs queue. An
+exception in this stream's work closes it and is re-raised by `outputs()` (and `stop()`). `run_simulated` steps
+the engine on the caller's thread, in stream order, for reproducible replays; it must not be mixed with `start`.
+`save(dir)` may be called from any thread, also while the engine runs (saves are serialised); `resume(dir)` makes
 a new assistant from a saved session (see session_store).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import logging
 import queue
 import resource
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Self
 
-import numpy as np
 import torch
 
-from streamvid import session_store, user_text
-from streamvid.adapters.base import VideoLLMAdapter, adapter_for
-from streamvid.budget import Budgets, budgets, window_tokens_for
+from streamvid import session_store
+from streamvid.adapters.base import VideoLLMAdapter
+from streamvid.budget import Budgets, budgets
 from streamvid.config import EngineConfig
-from streamvid.embedders import embedder_name, make_embedder
-from streamvid.future import parse_request, probe_for
-from streamvid.ingest import IngestWorker
-from streamvid.kv_window import Block, KVWindow
+from streamvid.embedders import embedder_name
+from streamvid.engine import Engine
 from streamvid.memory import LongTermMemory
-from streamvid.positions import concat
-from streamvid.proactive import FiringRule
-from streamvid.reasoning import ReasoningWorker, Trigger
-from streamvid.types import Output, Question
+from streamvid.reasoning import Reasoning
+from streamvid.stream import BusyError
+from streamvid.types import Frame, Output, Question
+
+__all__ = ["BusyError", "StreamingAssistant"]
 
 log = logging.getLogger(__name__)
 
 
-class BusyError(RuntimeError):
-    """The questions queue is full: the assistant is still working on earlier questions."""
-
-
 class StreamingAssistant:
-    def __init__(self, config: EngineConfig | None = None, adapter: VideoLLMAdapter | None = None):
-        self.config = config = config or EngineConfig()
-        self.adapter = adapter or adapter_for(config)
-        sinks = self.adapter.encode_text(self.adapter.sink_text, None)
-        sink_block = Block(id=-1, t_start_s=0.0, t_end_s=0.0, keys=sinks.keys, values=sinks.values,
-                           pos_start=0, pos_span=sinks.pos_span)
-        if config.window_tokens is None and config.window_mb is None:
-            self.window = KVWindow(sink_block, budget_s=config.window_s)
-        else:
-            self.window = KVWindow(sink_block, window_tokens_for(config, self.adapter.kv_shape))
-        self.embedder = make_embedder(config, self.adapter)  # where retrieval vectors come from (embedders.py)
-        self.memory = None
-        if config.memory_top_k > 0:
-            self.memory = LongTermMemory(self.embedder.dim, config.memory_ram_mb, config.memory_disk_mb,
-                                         config.memory_dir, kv=config.memory_kv, keep=config.memory_keep)
-        self.questions: queue.Queue[Question] = queue.Queue(maxsize=config.question_queue_size)
-        self._outputs: queue.Queue[Output] = queue.Queue()
-        self._stop = threading.Event()
-        self._error: BaseException | None = None
+    """One stream on an engine: its own engine (and model) by default, or a shared one (`engine`)."""
+
+    def __init__(self, config: EngineConfig | None = None, adapter: VideoLLMAdapter | None = None,
+                 engine: Engine | None = None):
+        self.config = config = config or (engine.config if engine is not None else EngineConfig())
+        self.engine = engine or Engine(config, adapter)
+        self._own_engine = engine is None
+        self.adapter = self.engine.adapter
+        self.stream = self.engine.open(config)
+        self.embedder = self.engine.embedder
+        self.window = self.stream.window
+        self.ingest = self.stream.ingest
+        self.reasoning = self.stream.reasoning
+        self._outputs = self.stream.outputs
         self._error_reported = False
-        self._ids = itertools.count()
-        self._watch_ids = itertools.count()
-        self.ingest = IngestWorker(config, self.adapter, self.window, self.memory, self.embedder)
-        self.reasoning = ReasoningWorker(config, self.adapter, self.window, self.memory, self.questions,
-                                         self._outputs, self._stop, self.embedder)
-        self.ingest.on_block = self.reasoning.wake.set
-        self.ingest_done = threading.Event()
-        self._threads: list[threading.Thread] = []
+        self._reader: threading.Thread | None = None
+        self._stopped = threading.Event()
         self._save_lock = threading.Lock()
+
+    @property
+    def memory(self) -> LongTermMemory | None:
+        return self.stream.memory
+
+    @property
+    def ingest_done(self) -> threading.Event:
+        """Set once the input has ended, failed or been stopped (every frame taken in is encoded)."""
+        return self.stream.ended
 
     # ---- live use ---------------------------------------------------------------------------------------
     def start(self, source) -> None:
-        if self._threads:
+        """Read `source` on a thread ("streamvid-ingest") into the stream; the engine's scheduler does the rest."""
+        if self._reader is not None:
             raise RuntimeError("this assistant is already running; create a new one for another stream")
-        self._warm_up()
         self.ingest.source = source
         if hasattr(source, "on_status"):  # a camera/URL reports when it drops and comes back
             source.on_status = self._source_status
-        self._threads = [
-            threading.Thread(target=self._loop, args=(self.ingest.step, self.ingest_done),
-                             name="streamvid-ingest", daemon=True),
-            threading.Thread(target=self._loop, args=(self.reasoning.step, None),
-                             name="streamvid-reasoning", daemon=True),
-        ]
-        for t in self._threads:
-            t.start()
+        self.engine.start()
+        self._reader = threading.Thread(target=self._read, args=(source,), name="streamvid-ingest", daemon=True)
+        self._reader.start()
 
-    def ask(self, text: str, t_s: float | None = None) -> str:
-        """Queue a question about the stream so far; returns its id. Raises BusyError when the queue is full."""
+    def ask(self, text: str, t_s: float | None = None, dialogue: list[tuple[str, str]] | None = None) -> str:
+        """Queue a question about the stream so far; returns its id. `dialogue`: earlier (question, answer) turns
+        to answer with instead of the session's own. Raises BusyError when the queue is full."""
         self._raise_error()
-        text = user_text.clean(text)  # ValueError: not text, empty, or too long
-        qid = f"q{next(self._ids)}"
-        try:
-            self.questions.put_nowait(Question(qid, text, self.ingest.latest_t_s if t_s is None else t_s))
-        except queue.Full:
-            raise BusyError(f"busy: {self.questions.maxsize} questions are waiting; ask again shortly") from None
-        self.reasoning.wake.set()
-        return qid
+        return self.stream.ask(text, t_s, dialogue=dialogue)
 
     def watch(self, condition: str, **thresholds) -> str:
         """Start a standing trigger; returns its id ("w0", "w1", ...).
@@ -122,12 +105,12 @@ class StreamingAssistant:
         "alert"} output comes each time it fires. `thresholds` override the firing rule's defaults: fire, reset,
         k, cooldown_s (proactive.Thresholds; defaults from EngineConfig.trigger_*)."""
         self._raise_error()
-        return self._watch(user_text.clean(condition, "condition"), self.ingest.latest_t_s, thresholds)
+        return self.stream.watch(condition, **thresholds)
 
     def unwatch(self, trigger_id: str) -> bool:
         """Stop a trigger (one from `watch`, or one made from a "tell me when" question); False if none is active
         under that id."""
-        return self.reasoning.triggers.remove(trigger_id)
+        return self.stream.unwatch(trigger_id)
 
     def triggers(self) -> list[dict]:
         """The active triggers: id, condition, probe, thresholds, last score, armed, alerts so far."""
@@ -144,27 +127,27 @@ class StreamingAssistant:
                 return
 
     def stop(self, save_to: str | Path | None = None) -> dict | None:
-        """Stop both workers (bounded join), save the session into `save_to` when given (what `save` returns
-        is returned), close the source and memory, and re-raise a worker error that `outputs()` has not
-        reported yet. Safe to call twice."""
-        self._stop.set()
-        self.reasoning.wake.set()
-        for t in self._threads:
-            t.join(timeout=self.config.join_timeout_s)
-        alive = [t.name for t in self._threads if t.is_alive()]
+        """Stop reading the input (bounded join), save the session into `save_to` when given (what `save`
+        returns is returned), close the stream (and its own engine) and the source, and re-raise an error
+        that `outputs()` has not reported yet. Safe to call twice."""
+        self._stopped.set()
+        source = self.ingest.source
+        if self._reader is not None:
+            if source is not None:
+                source.close()  # ends a read that waits for a frame
+            self._reader.join(timeout=self.config.join_timeout_s)
         saved = None
         try:
-            if save_to is not None:  # consistent even with a worker still in a model call (ingest's lock)
+            if save_to is not None:  # consistent even while the scheduler commits a block (ingest's lock)
                 saved = self.save(save_to)
         finally:
-            if alive:  # still inside one model call: it exits after it; leave it the source and memory it uses
-                log.warning("%s still finishing a model call after %.1f s", ", ".join(alive),
-                            self.config.join_timeout_s)
-            else:
-                if self.ingest.source is not None:
-                    self.ingest.source.close()
-                if self.memory is not None:
-                    self.memory.close()
+            self.stream.close()
+            if self._own_engine:
+                self.engine.close()
+            elif not self.engine.running:
+                self.engine.step()  # drops the closed stream (and closes its memory) where no scheduler runs
+            if source is not None:
+                source.close()
         if not self._error_reported:
             self._raise_error()
         return saved
@@ -175,59 +158,81 @@ class StreamingAssistant:
     def __exit__(self, *exc) -> None:
         self.stop()
 
+    # ---- stepping -----------------------------------------------------------------------------------------
+    def insert(self, frame: Frame) -> None:
+        """Hand one frame to the stream (waits while its inbox is full). With no scheduler thread running (no
+        `start`), the caller steps the engine: `engine.run_until_idle()`."""
+        self.stream.insert(frame)
+
+    def feed(self, frames: Iterable[Frame], finish: bool = False) -> None:
+        """Insert `frames` and step the engine after each until it is idle (no scheduler thread may run); with
+        `finish`, the input ends after them (the last chunk is encoded short)."""
+        for frame in frames:
+            self.stream.insert(frame)
+            self.engine.run_until_idle()
+        if finish:
+            self.stream.finish()
+            self.engine.run_until_idle()
+        self._raise_error()
+
     # ---- replay -----------------------------------------------------------------------------------------
     def run_simulated(self, source, questions_at: Sequence[tuple[float, str]],
                       probes_at: Sequence[tuple[float, str]] = (),
                       watches_at: Sequence[tuple[float, str]] = ()) -> list[Output]:
-        """Ingest every frame of `source` in order on this thread; answer each question (and yes/no probe) at its
-        stream time T from exactly the frames with t <= T (those of an unfinished chunk are encoded for that answer
-        alone: the window and memory get every chunk whole, whenever questions come); start each watch at
-        its T. After every new chunk the triggers are probed and narration decides, as the reasoning thread would
-        with no question waiting, so alerts and remarks are reproducible. A "tell me when" question gets its
-        acknowledgement at T and its alert when the event is seen.
+        """Ingest every frame of `source` in order, stepping the engine on this thread until it is idle after each;
+        answer each question (and yes/no probe) at its stream time T from exactly the frames with t <= T (those
+        of an unfinished chunk are encoded for that answer alone: the window and memory get every chunk whole,
+        whenever questions come); start each watch at its T. After every new chunk the triggers are probed and
+        narration decides, as the scheduler does live, so alerts and remarks are reproducible. A "tell me when"
+        question gets its acknowledgement at T and its alert when the event is seen.
         Times T are the input's own (0 = its first frame); in a resumed session they sit at T + stream_offset_s
         of the session's clock, which answers report as t_s (and T as input_t_s).
-        Returns answers, probe results, alerts and remarks in stream-time order (no token pieces)."""
+        Returns answers, probe results, alerts and remarks in stream-time order (no token pieces). Not to be
+        mixed with `start`, nor run on an engine whose scheduler thread runs."""
+        if self.engine.running:
+            raise RuntimeError("run_simulated steps the engine itself: its scheduler thread must not run")
         pending = sorted([(t, text, "answer") for t, text in questions_at] +
                          [(t, text, "probe") for t, text in probes_at] +
                          [(t, text, "watch") for t, text in watches_at], key=lambda q: q[0])
         results: list[Output] = []
         self.ingest.source = source
 
-        def emit(out: Output) -> None:
-            if out.kind != "token":
-                results.append(out)
+        def drain() -> None:
+            self.engine.run_until_idle()
+            self._raise_error()
+            while True:
+                try:
+                    out = self._outputs.get_nowait()
+                except queue.Empty:
+                    return
+                if out.kind != "token":
+                    results.append(out)
 
         def handle_next() -> None:
             t, text, kind = pending.pop(0)
             t += self.ingest.t_offset_s  # times are the input's own; the session's clock may have started earlier
             if kind == "watch":  # starts with the next decided chunk; the chunking is left as it is
-                self._watch(text, t, {})
+                self.stream.watch(text, t)
                 return
             snap = self.window.snapshot()
             if (tail := self.ingest.tail()) is not None:  # the unfinished chunk, for this answer alone
                 snap = dataclasses.replace(snap, blocks=(*snap.blocks, tail))
-            q = Question(f"q{next(self._ids)}", text, t)
             if kind == "answer":
-                self.reasoning.handle(q, emit, snap)
+                self.stream.put(text, t, snapshot=snap)
+                drain()
             else:
-                results.append(self.reasoning.probe(q, snap))
-
-        def decide() -> None:
-            while self.reasoning.decide(emit):
-                pass
+                results.append(self.reasoning.probe(Question(f"p{len(results)}", text, t), snap))
 
         while (frame := source.read()) is not None:
             while pending and pending[0][0] < frame.t_s:
                 handle_next()
-                decide()
-            self.ingest.push(frame)
-            decide()
-        self.ingest.flush()
-        decide()
+            self.stream.insert(frame)
+            drain()
+        self.stream.finish()
+        drain()
         while pending:
             handle_next()
-            decide()
+        drain()
         return results
 
     # ---- sessions -----------------------------------------------------------------------------------------
@@ -241,11 +246,10 @@ class StreamingAssistant:
             ends.append(self.ingest.latest_t_s + 1.0 / self.config.fps)
         return max(ends)
 
-    def reasoner(self, config: EngineConfig, memory: bool = True) -> ReasoningWorker:
-        """Another reasoning worker on this stream (its window, its memory unless `memory` is False, question
-        queue and outputs) answering with `config`: how bench answers the same window with and without retrieval."""
-        return ReasoningWorker(config, self.adapter, self.window, self.memory if memory else None, self.questions,
-                               self._outputs, self._stop, self.embedder)
+    def reasoner(self, config: EngineConfig, memory: bool = True) -> Reasoning:
+        """Another reasoning on this stream (its window, its memory unless `memory` is False) answering with
+        `config`: how bench answers the same window with and without retrieval."""
+        return Reasoning(config, self.adapter, self.window, self.memory if memory else None, self.embedder)
 
     @property
     def latest_t_s(self) -> float:
@@ -291,10 +295,11 @@ class StreamingAssistant:
 
     @classmethod
     def resume(cls, directory: str | Path, config: EngineConfig | None = None,
-               adapter: VideoLLMAdapter | None = None) -> StreamingAssistant:
+               adapter: VideoLLMAdapter | None = None, engine: Engine | None = None) -> StreamingAssistant:
         """A new assistant that continues the session saved in `directory`: the same window and long-term
         memory, stream time continuing where it stopped, the recent dialogue. `config` defaults to the saved
-        one; its model and embedder must be the saved ones. Raises session_store.SnapshotError (a ValueError) with
+        one; its model and embedder must be the saved ones. `engine`: the engine to continue it on (default: one of
+        its own). Raises session_store.SnapshotError (a ValueError) with
         a one-line message for a missing, damaged or foreign snapshot."""
         meta = session_store.read_meta(directory)
         saved = config is None
@@ -303,7 +308,7 @@ class StreamingAssistant:
         session_store.check_embedder(directory, meta, embedder_name(config.embedder))
         snap = session_store.load(directory, meta=meta)
         try:
-            sa = cls(config, adapter)
+            sa = cls(config, adapter, engine)
         except ValueError as e:
             if not saved:
                 raise
@@ -341,7 +346,7 @@ class StreamingAssistant:
                         f"session {directory} is damaged: its long-term memory cannot be read ({e}); remove the "
                         f"folder to start a new session, or use another --session folder") from None
                 self.memory.close()
-                self.memory = self.ingest.memory = self.reasoning.memory = memory
+                self.stream.memory = self.ingest.memory = self.reasoning.memory = memory
         if (snap.sinks.n_tokens, snap.sinks.pos_span) != (now.n_tokens, now.pos_span):
             raise session_store.SnapshotError(
                 f"session {directory} was saved with a {snap.sinks.n_tokens}-token system prompt, this streamvid "
@@ -394,15 +399,23 @@ class StreamingAssistant:
         return device.type == "cuda" if isinstance(device, torch.device) else self.config.device.startswith("cuda")
 
     # ---- internals --------------------------------------------------------------------------------------
-    def _watch(self, condition: str, t_s: float, thresholds: dict) -> str:
-        probe = probe_for(condition)  # raises ValueError for an empty condition
-        request = parse_request(condition)
-        rule = FiringRule(self.config.trigger_thresholds().replace(**thresholds))
-        trigger_id = f"w{next(self._watch_ids)}"
-        phrase = request.condition if request is not None else " ".join(condition.split()).rstrip(".!")
-        self.reasoning.triggers.add(Trigger(trigger_id, phrase, probe, rule, once=False, created_t_s=t_s))
-        self.reasoning.wake.set()
-        return trigger_id
+    def _read(self, source) -> None:
+        """The reader thread: frames from the source into the stream until the input ends or the stream stops."""
+        try:
+            while not self._stopped.is_set() and not self.stream.closed:
+                try:
+                    frame = source.read(timeout_s=self.config.read_timeout_s)
+                except TimeoutError:
+                    continue  # a live source with nothing new yet
+                if frame is None:
+                    break
+                while not self.stream.insert(frame, timeout_s=self.config.read_timeout_s):
+                    if self._stopped.is_set() or self.stream.closed:
+                        return
+        except BaseException as e:  # noqa: BLE001 - handed to the caller by outputs()/stop()
+            self.stream.close(e)
+            return
+        self.stream.finish()
 
     def _source_status(self, event: str, t_s: float, info: dict) -> None:
         """On the source's reader thread: {"type": "status", "event": "source_lost" | "source_back", "t_s", ...}
@@ -410,27 +423,8 @@ class StreamingAssistant:
         self._outputs.put(Output("status", "", "", {"event": event, "t_s": round(t_s + self.ingest.t_offset_s, 3),
                                                     **info}))
 
-    def _warm_up(self) -> None:
-        """One throw-away chunk and answer token before the clock starts, so a live source does not drop its
-        first seconds while the first forwards pay their one-off costs."""
-        snap = self.window.snapshot()
-        context = concat([snap.sinks], snap.next_pos)
-        black = np.zeros((56, 56, 3), np.uint8)
-        self.adapter.encode_chunk([black] * self.config.frames_per_chunk, context, 1.0)
-        for _ in self.adapter.generate(context, self.adapter.prompt("Hi"), max_new_tokens=1):
-            pass
-
-    def _loop(self, step, done: threading.Event | None) -> None:
-        try:
-            while not self._stop.is_set():
-                if step() is False and done is not None:
-                    done.set()
-                    return
-        except BaseException as e:  # noqa: BLE001 - handed to the caller by outputs()/stop()
-            self._error = e
-            self._stop.set()
-
     def _raise_error(self) -> None:
-        if self._error is not None:
+        error = self.stream.error
+        if error is not None:
             self._error_reported = True
-            raise RuntimeError(f"streamvid worker failed: {self._error!r}") from self._error
+            raise RuntimeError(f"streamvid worker failed: {error!r}") from error

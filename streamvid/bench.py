@@ -52,12 +52,15 @@ class BenchConfig:
     interference_s: float = 60.0  # stream seconds of the live run with a question per second
     max_new_tokens: int = 4
     memory_top_k: int = 4
+    quick_run: bool = False  # made by quick(): the many-streams phases are shorter too
+    streams: tuple[int, ...] = ()  # stream counts for the many-streams measurement alone (bench_streams.py)
+    streams_seconds: float | None = None  # its real-time phase in wall seconds (None: StreamsConfig's)
 
     @classmethod
     def quick(cls, **changes) -> BenchConfig:
         """A few minutes on 2 CPU cores with the bundled model."""
         return cls(**{"minutes": (1.0, 5.0, 30.0), "questions": 3, "repeats": 2, "interference_s": 20.0,
-                      **changes})
+                      "quick_run": True, **changes})
 
     @property
     def px(self) -> int:
@@ -84,6 +87,15 @@ def run_bench(cfg: BenchConfig, adapter=None, log=lambda msg: None) -> dict:
     frames = _frame_pool(cfg.px)
     report = {"config": asdict(cfg), "model": _model_name(adapter, cfg), "hardware": hardware(adapter),
               "commit": commit()}
+    if cfg.streams:  # the many-streams measurement alone
+        from streamvid.bench_streams import StreamsConfig, run_streams
+
+        seconds = {} if cfg.streams_seconds is None else {"seconds": cfg.streams_seconds}
+        scfg = (StreamsConfig.quick if cfg.quick_run else StreamsConfig)(counts=cfg.streams, fps=cfg.fps,
+                                                                         max_new_tokens=cfg.max_new_tokens, **seconds)
+        log(f"streamvid bench: {report['model']} on {report['hardware']['device']}; streams {cfg.streams}")
+        report["streams"] = run_streams(adapter, _engine_config(cfg), scfg, _frame_pool(cfg.px), log)
+        return report
     report["budgets"] = _budgets(adapter, cfg)
     log(f"streamvid bench: {report['model']} on {report['hardware']['device']}; {report['budgets']}")
     report["stream"] = _stream(adapter, cfg, frames, log)
@@ -98,7 +110,9 @@ def summary(report: dict) -> dict:
      "reencode_ttft_ms": {"16": ms, "32": ms, "64": ms}, "speedup_vs_reencode_64", "frames_dropped_under_questions"}
     TTFT is with retrieval (top-k memory blocks), from the question's arrival; the ratio is the longest stream's
     p50 over the 5-minute one (the shortest when 5 minutes was not measured); the speedup is re-encoding 64 frames
-    over the engine's p50 at the longest stream."""
+    over the engine's p50 at the longest stream. With --streams, {"streams": [...]} (bench_streams.py)."""
+    if "streams" in report:
+        return {"streams": report["streams"]}
     points = report["stream"]["points"]
     ttft = {_key(p["minutes"]): p["ttft_ms_retrieval"]["p50"] for p in points}
     short = next((p for p in points if p["minutes"] == 5.0), points[0])
@@ -135,10 +149,8 @@ def _stream(adapter, cfg: BenchConfig, frames: list[np.ndarray], log) -> dict:
         for minutes in sorted(cfg.minutes):
             n_frames = int(round(minutes * 60 * cfg.fps))
             c0 = time.thread_time()
-            while index < n_frames:
-                sa.ingest.push(Frame(frames[index % len(frames)], index / cfg.fps, index))
-                index += 1
-            sa.ingest.flush()
+            sa.feed(Frame(frames[i % len(frames)], i / cfg.fps, i) for i in range(index, n_frames))
+            index = max(index, n_frames)
             ingest_cpu_s += time.thread_time() - c0
             if sa.memory is not None:
                 sa.memory.flush()

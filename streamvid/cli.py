@@ -65,6 +65,9 @@ def add_engine_args(parser: argparse.ArgumentParser, d) -> None:
                         help="KV window in tokens (instead of seconds)")
     parser.add_argument("--memory-top-k", type=int, default=d.memory_top_k,
                         help="blocks retrieved from long-term memory per question (0 turns retrieval off)")
+    parser.add_argument("--dialogue-turns", type=int, default=d.dialogue_turns, metavar="N",
+                        help="earlier question/answer pairs kept as context for the next question (0: none; "
+                             "default %(default)s); score: an episode's protocol may set its own")
     parser.add_argument("--memory-ram-mb", type=float, default=d.memory_ram_mb, help="long-term memory in RAM")
     parser.add_argument("--memory-disk-mb", type=float, default=d.memory_disk_mb, help="long-term memory on disk")
     parser.add_argument("--memory-kv", default=d.memory_kv, choices=MEMORY_KINDS,
@@ -79,6 +82,19 @@ def add_engine_args(parser: argparse.ArgumentParser, d) -> None:
                              "are answered from the recent window; see streamvid/scope.py)")
     parser.add_argument("--index-layer", type=int, default=None,
                         help="decoder layer of the retrieval vectors (default: retrieval.default_index_layer)")
+    parser.add_argument("--max-streams", type=int, default=d.max_streams, metavar="N",
+                        help="streams one engine serves at once (more are refused)")
+    parser.add_argument("--max-batch", type=int, default=d.max_batch, metavar="N",
+                        help="streams whose chunks, probes and decode steps share one batched forward (1: one "
+                             "forward per stream)")
+    parser.add_argument("--idle-release-s", type=float, default=d.idle_release_s, metavar="S",
+                        help="a stream without frames this long moves its window KV off the device until its next "
+                             "frame (default: never)")
+    parser.add_argument("--engine-kv-mb", type=float, default=d.engine_kv_mb, metavar="MB",
+                        help="device KV of all streams' windows together; a stream that would pass it is refused")
+    parser.add_argument("--engine-memory-mb", type=float, default=d.engine_memory_mb, metavar="MB",
+                        help="host RAM of all streams' long-term memories together (their --memory-ram-mb); a stream "
+                             "that would pass it is refused")
     parser.add_argument("--embedder", default=d.embedder, metavar="model|clip:ID",
                         help="retrieval vectors: the model's own (model), or a CLIP/SigLIP checkpoint's image and "
                              "text features (clip:HF_ID or clip:DIR)")
@@ -98,10 +114,13 @@ def engine_config(args: argparse.Namespace, **fields):
     return EngineConfig(model=args.model, device=args.device, dtype=args.dtype, device_map=args.device_map,
                         attn=args.attn, window_s=args.window_s, window_mb=args.window_mb,
                         window_tokens=args.window_tokens, memory_top_k=args.memory_top_k,
+                        dialogue_turns=args.dialogue_turns,
                         memory_ram_mb=args.memory_ram_mb,
                         memory_disk_mb=args.memory_disk_mb, memory_kv=args.memory_kv, memory_keep=args.memory_keep,
                         memory_encoding=args.memory_encoding, index_layer=args.index_layer, embedder=args.embedder,
-                        retrieve_for_now=args.retrieve_for_now, fps=args.fps, **fields)
+                        retrieve_for_now=args.retrieve_for_now, fps=args.fps, max_streams=args.max_streams,
+                        max_batch=args.max_batch, idle_release_s=args.idle_release_s,
+                        engine_kv_mb=args.engine_kv_mb, engine_memory_mb=args.engine_memory_mb, **fields)
 
 
 def _log_budgets(sa, video: str) -> None:
@@ -212,7 +231,8 @@ def _run(args: argparse.Namespace, cfg, asks: list[tuple[float, str]], watches: 
         if args.session is not None and args.autosave_s:
             autosaver = session_store.Autosaver(lambda: sa.save(args.session), args.autosave_s)
         try:
-            # opened once the model is loaded: a live source starts its clock when opened
+            # opened once the model is loaded and warm: a live source starts its clock when opened
+            sa.engine.warm_up()
             source = open_source(args.video, fps=cfg.fps, realtime=args.realtime, size=cfg.frame_px)
             _log_budgets(sa, args.video)
             if not source.live:
@@ -242,24 +262,19 @@ def _run(args: argparse.Namespace, cfg, asks: list[tuple[float, str]], watches: 
 
 
 def _run_live(sa, source, asks: list[tuple[float, str]], watches: list[tuple[float, str]] = ()) -> None:
-    """Threads on; each question is asked (each watch started) once the stream reaches its time; answers, alerts
-    and remarks print as they come. A live stream runs until it ends or is interrupted."""
-    sa.start(source)
+    """Each question is asked (each watch started) once the stream reaches its time (Stream.schedule); answers,
+    alerts and remarks print as they come. A live stream runs until it ends or is interrupted."""
     off = sa.stream_offset_s  # T is the input's own time; the session's clock may have started earlier
-    pending = [(off + t, text) for t, text in asks]
-    pending_watches = [(off + t, text) for t, text in watches]
-    open_ids: set[str] = set()
-    while pending or pending_watches or open_ids or not sa.ended:
-        while pending_watches and (sa.latest_t_s >= pending_watches[0][0] or sa.ended):
-            sa.watch(pending_watches.pop(0)[1])
-        # ask once the stream reaches T (or has ended), as fast as the bounded question queue takes them
-        while pending and (sa.latest_t_s >= pending[0][0] or sa.ended) \
-                and not sa.questions.full():
-            t, text = pending.pop(0)
-            open_ids.add(sa.ask(text, t_s=min(t, sa.latest_t_s)))
+    for t, text in watches:
+        sa.stream.schedule(off + t, text, watch=True)
+    for t, text in asks:
+        sa.stream.schedule(off + t, text)
+    sa.start(source)
+    answered = 0
+    while answered < len(asks) or not sa.ended:
         for out in sa.outputs(timeout_s=0.2):
             if out.kind == "answer":
-                open_ids.discard(out.id)
+                answered += 1
             if out.kind in ("answer", "alert", "say", "status"):
                 _print(out.to_json())
 
@@ -288,6 +303,16 @@ def cmd_score(args: argparse.Namespace) -> int:
     return 0
 
 
+def _counts(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected stream counts like 1,8,32, got {text!r}") from None
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"stream counts must be >= 1, got {text!r}")
+    return counts
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     offline_if_local(None)  # the bundled model, or an architecture built from its config: nothing to download
     from streamvid.bench import BenchConfig, run_bench, summary, write
@@ -296,7 +321,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
                "frame_px": args.frame_px}
     changes |= {k: v for k, v in (("minutes", tuple(args.minutes) if args.minutes else None),
                                   ("interference_s", args.interference_s), ("repeats", args.repeats),
-                                  ("questions", args.questions)) if v is not None}
+                                  ("questions", args.questions), ("streams", args.streams), ("fps", args.fps),
+                                  ("streams_seconds", args.streams_seconds)) if v is not None}
     cfg = BenchConfig.quick(**changes) if args.quick else BenchConfig(**changes)
     report = run_bench(cfg, log=lambda msg: print(msg, file=sys.stderr, flush=True))
     if args.out is not None:
@@ -431,6 +457,13 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--repeats", type=int, default=None, help="re-encoding runs per N")
     bn.add_argument("--questions", type=int, default=None, help="questions per stream length")
     bn.add_argument("--out", type=Path, default=None, help="write the full report to DIR/bench.json")
+    bn.add_argument("--fps", type=float, default=None, help="frames per second of each synthetic stream (default 2)")
+    bn.add_argument("--streams-seconds", type=float, default=None, metavar="S",
+                    help="with --streams: wall seconds of the real-time phase (default 30; --quick 20)")
+    bn.add_argument("--streams", type=_counts, default=None, metavar="N[,N...]",
+                    help="only the many-streams measurement: N synthetic streams through one engine, batched and one "
+                         "forward per stream, side by side (real time at --fps each with a question every 5 s; "
+                         "saturated)")
     bn.set_defaults(func=cmd_bench)
 
     cv = sub.add_parser("convert", help="convert a benchmark's annotation files to stream episodes")

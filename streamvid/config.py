@@ -63,16 +63,23 @@ class EngineConfig:
     narrate_max_silence_s: float = 30.0  # look again after this long without a remark, changed scene or not
     narrate_min_novelty: float = 0.02  # scene change (proactive.novelty of chunk tokens) that makes a look due
     join_timeout_s: float = 2.0
+    # the engine (engine.py): streams it serves, and the work of how many streams one batched forward takes
+    max_streams: int = 64
+    max_batch: int = 8
+    idle_release_s: float | None = None  # a stream without frames this long moves its window KV to host memory
+    engine_kv_mb: float | None = None  # device KV of all streams' windows together (their budgets); None: no cap
+    engine_memory_mb: float | None = None  # host RAM of all streams' long-term memories (memory_ram_mb); None: no cap
 
     def __post_init__(self):
         _check_types(self)  # each field: the right kind of value (finite numbers), before the ranges below
         positive = ("fps", "frames_per_chunk", "window_s", "max_new_tokens", "question_queue_size",
                     "read_timeout_s", "join_timeout_s", "rebase_after_pos", "memory_ram_mb", "memory_disk_mb",
-                    "probe_batch", "gate_max_skip_s", "narrate_min_gap_s", "narrate_max_silence_s")
+                    "probe_batch", "gate_max_skip_s", "max_streams", "max_batch", "narrate_min_gap_s",
+                    "narrate_max_silence_s")
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("window_tokens", "window_mb"):
+        for name in ("window_tokens", "window_mb", "idle_release_s", "engine_kv_mb", "engine_memory_mb"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive or None, got {getattr(self, name)}")
         if self.window_tokens is not None and self.window_mb is not None:

@@ -1,12 +1,14 @@
-"""IngestWorker (thread "streamvid-ingest"): frames -> chunks -> KV blocks in the window -> evicted to memory.
+"""Ingest: one stream's frames -> chunks -> KV blocks in the window -> evicted to long-term memory.
 
-Thread contract: only the ingest thread calls `step`, `push`, `flush` and `tail` (or the caller's thread in
-`StreamingAssistant.run_simulated`, where no ingest thread runs). `latest_t_s` and `stats()` may be read from
-any thread (plain attribute reads). `on_block`, set before the thread starts, is called on the ingest thread
-after each new block is in the window (the assistant uses it to wake the reasoning thread). `lock` is held while
-a new block enters the window and evicted blocks enter memory, so a session snapshot (session_store.save) taken
-under it sees every block exactly once. Chunks are encoded on the ingest thread's own copy of sinks + window
-(`window_buffer.WindowBuffer`), which the forward appends to in place.
+The engine's scheduler (engine.py) drives it: `push` takes frames and sets complete chunks aside; `jobs` says what
+the oldest complete chunk needs encoded (on the window, and on the sinks alone when memory keeps that encoding);
+the scheduler encodes the jobs of many streams in one batched forward and hands each stream its results through
+`commit`, which puts the block in the window and the blocks it evicts in memory.
+
+Thread contract: the scheduler's thread alone calls `push`, `flush`, `jobs`, `commit` and `tail`. `latest_t_s`
+and `stats()` may be read from any thread (plain attribute reads). `lock` is held while a new block enters the
+window and evicted blocks enter memory, so a session snapshot (session_store.save) taken under it sees every
+block exactly once. Chunks are encoded on the stream's own copy of sinks + window (`window_buffer.WindowBuffer`).
 
 Stream time: frames keep their source's time plus `t_offset_s`, the session time at which this input started
 (0 for a fresh session; where the previous run ended for a resumed one).
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-import time
+from collections import deque
 from collections.abc import Callable
 
 from streamvid.adapters.base import VideoLLMAdapter
@@ -26,11 +28,11 @@ from streamvid.kv_window import Block, KVWindow
 from streamvid.memory import LongTermMemory
 from streamvid.positions import concat, move_block
 from streamvid.retrieval import default_memory_encoding
-from streamvid.types import Context, Frame
+from streamvid.types import ChunkJob, Encoded, Frame
 from streamvid.window_buffer import WindowBuffer
 
 
-class IngestWorker:
+class Ingest:
     def __init__(self, config: EngineConfig, adapter: VideoLLMAdapter, window: KVWindow,
                  memory: LongTermMemory | None, embedder: Embedder | None = None):
         if config.frames_per_chunk % adapter.frames_per_chunk_multiple:
@@ -42,9 +44,10 @@ class IngestWorker:
         self.memory = memory
         self.embedder = embedder or ModelEmbedder(adapter)  # gives each block its retrieval vector
         self.memory_encoding = config.memory_encoding or default_memory_encoding(config.model)
-        self.source = None
+        self.source = None  # the input a live run reads (its drops and outages are part of `stats`)
         self.on_block: Callable[[], None] | None = None
         self._pending: list[Frame] = []
+        self._ready: deque[list[Frame]] = deque()  # complete chunks waiting for their forward, oldest first
         self._latest: Frame | None = None
         self._next_id = 0
         self._buffer = WindowBuffer()  # the context chunks are encoded on, appended in place (window_buffer.py)
@@ -55,19 +58,8 @@ class IngestWorker:
         self.blocks_encoded = 0
         self.encode_s = 0.0
 
-    def step(self) -> bool:
-        """Read one frame from the source and ingest it. False once the stream has ended."""
-        try:
-            frame = self.source.read(timeout_s=self.config.read_timeout_s)
-        except TimeoutError:
-            return True  # a live source with nothing new yet; try again on the next step
-        if frame is None:
-            self.flush()
-            return False
-        self.push(frame)
-        return True
-
     def push(self, frame: Frame) -> None:
+        """Take one frame; a chunk's last frame sets the chunk aside for encoding."""
         if self.t_offset_s:
             frame = dataclasses.replace(frame, t_s=frame.t_s + self.t_offset_s)
         self._pending.append(frame)
@@ -78,19 +70,45 @@ class IngestWorker:
             self.flush()
 
     def flush(self) -> None:
-        """Encode the pending frames as one block; a short chunk is padded by repeating its last frame."""
-        if not self._pending:
-            return
-        frames, self._pending = self._pending, []
-        t0 = time.perf_counter()
+        """Set the pending frames aside as one chunk (at the end of an input: a short chunk, padded by repeating
+        its last frame when it is encoded)."""
+        if self._pending:
+            self._ready.append(self._pending)
+            self._pending = []
+
+    @property
+    def chunks_waiting(self) -> int:
+        """Complete chunks not encoded yet."""
+        return len(self._ready)
+
+    @property
+    def pending_frames(self) -> int:
+        """Frames taken in and not encoded yet (in waiting chunks and the unfinished one)."""
+        return len(self._pending) + sum(len(c) for c in self._ready)
+
+    def jobs(self) -> list[ChunkJob]:
+        """What the oldest waiting chunk needs encoded, for one batched forward with other streams' jobs: the chunk
+        on the window (sinks + window blocks), and with memory_encoding "sinks" the chunk again after the sinks
+        alone (what long-term memory keeps). Empty when no chunk is waiting."""
+        if not self._ready:
+            return []
+        frames = self._ready[0]
         snap = self.window.snapshot()
-        enc = self._encode(frames, snap)
-        vector = self.embedder.chunk_vector([f.image for f in frames], enc)  # the chunk's own frames, not padding
-        alone = None
+        room = snap.blocks[-1].n_tokens if snap.blocks else 0  # for a chunk as large as the newest one
+        jobs = [self._job(frames, self._buffer.context(snap, room=room))]
         if self.memory is not None and self.memory_encoding == "sinks":
             sinks = move_block(snap.sinks, snap.next_pos - snap.sinks.pos_span, self.adapter.positions)
-            mem = self._encode(frames, snap, past=concat([sinks], snap.next_pos))
-            alone = (mem.keys, mem.values)
+            jobs.append(self._job(frames, concat([sinks], snap.next_pos)))
+        return jobs
+
+    def commit(self, encoded: list[Encoded], encode_s: float = 0.0) -> Block:
+        """The oldest waiting chunk's block from what its `jobs` gave (same order): into the window, the blocks it
+        evicts into memory, positions rebased when they run far. `encode_s`: this chunk's share of the forward."""
+        frames = self._ready.popleft()
+        enc = encoded[0]
+        snap = self.window.snapshot()
+        vector = self.embedder.chunk_vector([f.image for f in frames], enc)  # the chunk's own frames, not padding
+        alone = (encoded[1].keys, encoded[1].values) if len(encoded) > 1 else None
         with self.lock:
             block = Block(id=self._next_id, t_start_s=frames[0].t_s, t_end_s=frames[-1].t_s + 1.0 / self.config.fps,
                           keys=enc.keys, values=enc.values, pos_start=snap.next_pos, pos_span=enc.pos_span,
@@ -106,9 +124,10 @@ class IngestWorker:
             if snap.next_pos > self.config.rebase_after_pos and snap.blocks[0].pos_start > snap.sinks.pos_span + room:
                 self.window.rebase(self.adapter.positions.move, room)
         self.blocks_encoded += 1
-        self.encode_s += time.perf_counter() - t0
+        self.encode_s += encode_s
         if self.on_block is not None:
             self.on_block()
+        return block
 
     def tail(self) -> Block | None:
         """The frames of the unfinished chunk, or the latest frame alone when no chunk is unfinished, encoded on top
@@ -116,28 +135,26 @@ class IngestWorker:
         itself: every frame so far, the newest block showing no frame older than the chunk in progress (a whole
         chunk blends its frames, and an object that left in its last frame would still be counted). The window
         and memory get every chunk whole once it completes, as they would had nobody asked. None before the
-        first frame."""
+        first frame. Call it with no chunk waiting (the scheduler idle), as a replay does."""
         frames = list(self._pending) or ([self._latest] if self._latest is not None else [])
         if not frames:
             return None
         snap = self.window.snapshot()
-        enc = self._encode(frames, snap)
+        room = snap.blocks[-1].n_tokens if snap.blocks else 0
+        enc = self.adapter.encode_chunks([self._job(frames, self._buffer.context(snap, room=room))])[0]
         return Block(id=-1, t_start_s=frames[0].t_s, t_end_s=frames[-1].t_s + 1.0 / self.config.fps, keys=enc.keys,
                      values=enc.values, pos_start=snap.next_pos, pos_span=enc.pos_span, vector=None,
                      scene=enc.scene)  # no vector: this block is never stored or searched
 
-    def _encode(self, frames: list[Frame], snap, past: Context | None = None):
-        """One chunk's KV on top of the window snapshot (or on `past`); a short chunk is padded by repeating its
-        last frame."""
+    def _job(self, frames: list[Frame], past) -> ChunkJob:
+        """A chunk's frames on `past`; a short chunk is padded by repeating its last frame."""
         images = [f.image for f in frames]
         images += [images[-1]] * (self.config.frames_per_chunk - len(images))
-        if past is None:
-            room = snap.blocks[-1].n_tokens if snap.blocks else 0  # for a chunk as large as the newest one
-            past = self._buffer.context(snap, room=room)  # sinks + window, with room for the chunk after them
-        seconds_per_chunk = self.config.frames_per_chunk / self.config.fps
-        if getattr(self.adapter, "uses_stream_time", False):  # its tokens carry the chunk's time (Qwen3-VL)
-            return self.adapter.encode_chunk(images, past, seconds_per_chunk, t_start_s=frames[0].t_s)
-        return self.adapter.encode_chunk(images, past, seconds_per_chunk=seconds_per_chunk)
+        return ChunkJob(tuple(images), past, self.config.frames_per_chunk / self.config.fps, frames[0].t_s)
+
+    def release_buffer(self) -> None:
+        """Free the window buffer (an idle stream's release); the next chunk's context rebuilds it."""
+        self._buffer = WindowBuffer()
 
     @property
     def next_block_id(self) -> int:

@@ -46,6 +46,15 @@ class Block:
     def replace(self, **changes) -> Block:
         return dataclasses.replace(self, **changes)
 
+    def to(self, devices) -> Block:
+        """The block with its K/V (and memory encoding) on `devices` (one per layer), copied even where they are
+        there already (`copy`: a release to host memory leaves nothing shared with the device's)."""
+        def move(ts):
+            return tuple(t.to(d, copy=True) for t, d in zip(ts, devices, strict=True))
+
+        alone = self.memory_kv and (move(self.memory_kv[0]), move(self.memory_kv[1]))
+        return dataclasses.replace(self, keys=move(self.keys), values=move(self.values), memory_kv=alone)
+
     def for_memory(self) -> Block:
         """The block as long-term memory stores it: with `memory_kv` for its keys and values when it has one."""
         if self.memory_kv is None:
@@ -121,6 +130,13 @@ class KVWindow:
         for block in self._blocks:
             moved.append(move(block, pos))
             pos += block.pos_span
+        with self.lock:
+            self._blocks = moved
+
+    def map(self, fn: Callable[[Block], Block]) -> None:
+        """Replace every block by `fn(block)`, the same block elsewhere (its tensors moved to another device);
+        only the swap is locked."""
+        moved = [fn(block) for block in self.snapshot().blocks]
         with self.lock:
             self._blocks = moved
 

@@ -1,20 +1,20 @@
-"""ReasoningWorker (thread "streamvid-reasoning"): questions -> retrieval -> answer on a snapshot of the window;
-on each new chunk, standing triggers are probed and narration may speak (docs/speaking-up.md).
+"""Reasoning: one stream's questions -> retrieval -> answer on a snapshot of the window; on each new chunk,
+standing triggers are probed and narration may speak (docs/speaking-up.md).
 
-Work is served one unit per `step`, questions first: a question (answered in full), else one batched forward of
-trigger probes, else one narration look (abandoned at the next token when a question arrives). So a probe delays
-an answer by at most one forward.
+The engine's scheduler (engine.py) drives it and batches the forwards of many streams: `begin` turns a question
+into an acknowledgement (a "tell me when" question becomes a trigger) or into an `Answering` (context and prompt to
+decode), and `complete` into the answer once its tokens are decoded; `probe_rows` gives the trigger probes due on
+the newest chunk and `apply_scores` takes their p(yes); `narration_look` gives a narration look to decode and
+`offer` takes its text. `answer` and `probe` are the same work done at once, for direct callers (bench, judge).
 
-Thread contract: only the reasoning thread calls `step`, `work`, `decide`, `handle` and `answer` (or the caller's
-thread in `StreamingAssistant.run_simulated`). It reads the window through `snapshot()` and never mutates it; it
-reads memory through its locked methods. The dialogue deque, the change gate, the narration policy and every
-trigger's score and firing rule are touched by this thread only. `triggers` (a TriggerSet) may be added to and
-removed from by any thread. `wake` is set by `StreamingAssistant.ask`/`watch` and by ingest after each new block.
+Thread contract: the scheduler's thread alone calls the methods above. They read the window through `snapshot()`
+and never mutate it, and read memory through its locked methods. The dialogue deque, the change gate, the
+narration policy and every trigger's score and firing rule are touched by that thread only. `triggers` (a
+TriggerSet) may be added to and removed from by any thread.
 """
 
 from __future__ import annotations
 
-import queue
 import re
 import threading
 import time
@@ -154,105 +154,193 @@ class _Round:
         return self._last[1]
 
 
-class ReasoningWorker:
+@dataclass
+class Answering:
+    """A question being answered: what `begin` laid out for the decoder, until `complete`."""
+
+    question: Question
+    context: Context
+    prompt: str
+    retrieved: list[Block]
+    window: bool  # the window's blocks are in the context (not for a question about an older moment alone)
+    span_s: tuple[float, float] | None  # the window's stream span
+
+
+Emit = Callable[[Output], None]
+
+
+class Reasoning:
     def __init__(self, config: EngineConfig, adapter: VideoLLMAdapter, window: KVWindow,
-                 memory: LongTermMemory | None, questions: queue.Queue, outputs: queue.Queue, stop: threading.Event,
-                 embedder: Embedder | None = None):
+                 memory: LongTermMemory | None, embedder: Embedder | None = None):
         self.config = config
         self.adapter = adapter
         self.window = window
         self.memory = memory
         self.embedder = embedder or ModelEmbedder(adapter)  # the question's vector, in the blocks' space
-        self.questions = questions
-        self.outputs = outputs
-        self.stop = stop
         self.dialogue: deque[tuple[str, str]] = deque(maxlen=config.dialogue_turns or None)
         self.t_offset_s = 0.0  # session time at which this run's input started (answers also give input_t_s)
         self.answered = 0
         self.triggers = TriggerSet()
-        self.wake = threading.Event()  # there may be work: a question was asked, a trigger added, a block arrived
         self.gate = ChangeGate(config.gate_min_novelty, config.gate_max_skip_s, config.gate_follow_up)
         self.narration = (NarrationPolicy(config.narrate_min_gap_s, config.narrate_max_silence_s,
                                           config.narrate_min_novelty) if config.narrate else None)
         self._seen_block: int | None = None  # id of the newest block decided on
         self._last_decision_s: float | None = None
-        self._round: _Round | None = None
+        self._round: _Round | None = None  # the round under way
+        self._scored: _Round | None = None  # the round of the last probe_rows
+        self._looking: _Round | None = None  # the round of the last narration_look
         self.probes_run = 0  # trigger probes computed by a forward
         self.probes_skipped = 0  # trigger probes the change gate skipped (the last score was carried over)
-        self.probe_forwards = 0
+        self.probe_forwards = 0  # batched forwards this stream's probes were part of
         self.alerts = 0
         # called with (trigger id, stream time, p(yes), the chunk's vision tokens or None) for every probe score
         # a trigger gets: what benchmarks/trigger_sweep.py records to choose the firing rule
         self.on_score: Callable[[str, float, float, np.ndarray | None], None] | None = None
         self.remarks = 0
 
-    def step(self) -> bool:
-        """One unit of work (see `work`); when there is none, wait up to the read timeout for some.
-        True if it did something."""
-        self.wake.clear()  # cleared before looking, so a wake-up that comes while working is not lost
-        if self.work(self.outputs.put):
-            return True
-        self.wake.wait(self.config.read_timeout_s)
-        return False
-
-    def work(self, emit: Callable[[Output], None]) -> bool:
-        """Questions first: the next waiting question, else one unit of `decide`. True if it did something."""
-        try:
-            q = self.questions.get_nowait()
-        except queue.Empty:
-            return self.decide(emit)
-        self.handle(q, emit)
-        return True
-
-    def handle(self, q: Question, emit: Callable[[Output], None] | None = None,
-               snap: WindowSnapshot | None = None) -> Output:
+    # ---- questions --------------------------------------------------------------------------------------
+    def begin(self, q: Question, emit: Emit | None = None, snap: WindowSnapshot | None = None) -> Answering | Output:
         """A question about the future ("tell me when a blue star appears") becomes a one-shot trigger with the
-        question's id and is acknowledged at once; any other question is answered now (on `snap`, by default a
-        snapshot of the window taken now)."""
+        question's id and is acknowledged at once (the acknowledgement is returned, and emitted); any other
+        question is laid out for answering on `snap` (by default a snapshot of the window taken now): retrieval,
+        the context and the prompt with the dialogue."""
         request = parse_request(q.text)
-        if request is None:
-            return self.answer(q, emit, snap)
-        rule = FiringRule(self.config.trigger_thresholds())
-        self.triggers.add(Trigger(q.id, request.condition, request.probe, rule, once=not request.repeat,
-                                  created_t_s=q.t_s))
-        ack = Output("answer", q.id, acknowledgement(request), {
-            "question": q.text, "t_s": round(q.t_s, 3), "input_t_s": round(q.t_s - self.t_offset_s, 3),
-            "ttft_ms": round(1000 * (time.perf_counter() - q.asked_s), 1), "tokens": 0, "tokens_per_s": None,
-            "evidence_t_s": [], "retrieved_blocks": [], "trigger_id": q.id})
+        if request is not None:
+            rule = FiringRule(self.config.trigger_thresholds())
+            self.triggers.add(Trigger(q.id, request.condition, request.probe, rule, once=not request.repeat,
+                                      created_t_s=q.t_s))
+            ack = Output("answer", q.id, acknowledgement(request), {
+                "question": q.text, "t_s": round(q.t_s, 3), "input_t_s": round(q.t_s - self.t_offset_s, 3),
+                "ttft_ms": round(1000 * (time.perf_counter() - q.asked_s), 1), "tokens": 0, "tokens_per_s": None,
+                "evidence_t_s": [], "retrieved_blocks": [], "trigger_id": q.id})
+            self.answered += 1
+            if emit is not None:
+                emit(ack)
+            return ack
+        snap = snap or self.window.snapshot()
+        retrieved, at_times = self.retrieve(q, snap)
+        # a question about an older moment ("what was on screen at 03:12?") is answered from that moment alone,
+        # without the dialogue about other moments (as train-tiny trains it)
+        moment = bool(at_times and retrieved)
+        window = [] if moment else snap.blocks
+        context = layout(snap.sinks, retrieved, window, self.adapter.positions)
+        dialogue = list(self.dialogue) if q.dialogue is None else list(q.dialogue)[-self.config.dialogue_turns:]
+        prompt = self.adapter.prompt(q.text, [] if moment or not self.config.dialogue_turns else dialogue)
+        return Answering(q, context, prompt, retrieved, bool(window), snap.span_s)
+
+    def complete(self, a: Answering, pieces: list[str], ttft_s: float | None, emit: Emit | None = None) -> Output:
+        """The answer from its decoded text pieces; `ttft_s` is None when the first token the model produced ended
+        the answer (it came with the last forward). Times count from the question's arrival."""
+        q = a.question
+        elapsed = time.perf_counter() - q.asked_s
+        ttft = elapsed if ttft_s is None else ttft_s
+        text = "".join(pieces).strip()
+        if self.config.dialogue_turns:  # (a deque with maxlen None would keep everything)
+            self.dialogue.append((q.text, text))
+        retrieved = sorted(a.retrieved, key=lambda b: b.t_start_s)
+        spans = [(b.t_start_s, b.t_end_s) for b in retrieved]
+        if a.window and a.span_s is not None:
+            spans.append(a.span_s)
+        decode_s = elapsed - ttft
+        answer = Output("answer", q.id, text, {
+            "question": q.text,
+            "t_s": round(q.t_s, 3),
+            "input_t_s": round(q.t_s - self.t_offset_s, 3),
+            "ttft_ms": round(1000 * ttft, 1),
+            "tokens": len(pieces),
+            "tokens_per_s": round((len(pieces) - 1) / decode_s, 1) if len(pieces) > 1 and decode_s > 0 else None,
+            "evidence_t_s": [[round(x, 2), round(y, 2)] for x, y in spans],
+            "retrieved_blocks": [b.id for b in retrieved],
+        })
         self.answered += 1
         if emit is not None:
-            emit(ack)
-        return ack
+            emit(answer)
+        return answer
+
+    def handle(self, q: Question, emit: Emit | None = None, snap: WindowSnapshot | None = None) -> Output:
+        """`begin`, and for a question to answer the answer decoded at once on this thread (token pieces emitted as
+        they come): for direct callers; the engine batches the decoding of many streams instead."""
+        a = self.begin(q, emit, snap)
+        if isinstance(a, Output):
+            return a
+        ttft = None
+        pieces: list[str] = []
+        for piece in self.adapter.generate(a.context, a.prompt, self.config.max_new_tokens):
+            if ttft is None:
+                ttft = time.perf_counter() - q.asked_s
+            pieces.append(piece)
+            if emit is not None and piece:
+                emit(Output("token", q.id, piece))
+        return self.complete(a, pieces, ttft if pieces else None, emit)
+
+    answer = handle
+
+    def probe(self, q: Question, snap: WindowSnapshot | None = None) -> Output:
+        """p(yes) for a yes/no question about now: one forward on the window snapshot (no retrieval)."""
+        snap = snap or self.window.snapshot()
+        context = layout(snap.sinks, (), snap.blocks, self.adapter.positions)
+        p_yes = self.adapter.probe(context, q.text)
+        return Output("probe", q.id, "yes" if p_yes >= 0.5 else "no",
+                      {"question": q.text, "t_s": round(q.t_s, 3), "p_yes": round(p_yes, 4)})
 
     # ---- speaking up ------------------------------------------------------------------------------------
-    def decide(self, emit: Callable[[Output], None]) -> bool:
-        """One unit of proactive work on the newest chunk: one batched forward of trigger probes, or one
-        narration look. A new chunk starts a round (at most decision_hz rounds per stream second); triggers whose
-        scene the change gate finds unchanged keep their last score without a forward. True if it did something."""
+    def probe_rows(self, emit: Emit, limit: int) -> list[tuple[Trigger, Context, str]]:
+        """Up to `limit` trigger probes due on the newest chunk, each with the context it looks at and its
+        question, for a batched forward (a new chunk starts a round: at most decision_hz rounds per stream
+        second; triggers whose scene the change gate finds unchanged keep their last score without a forward,
+        which may fire them: emitted). Empty when none is due."""
+        r = self._current(emit)
+        if r is None or not r.todo:
+            return []
+        batch, r.todo = r.todo[:limit], r.todo[limit:]
+        self._scored = r
+        rows = [(tr, r.context(r.since(tr), self.adapter.positions), tr.probe.question) for tr in batch]
+        self._close_round()
+        return rows
+
+    def apply_scores(self, rows: list[tuple[Trigger, Context, str]], scores: list[float], emit: Emit) -> None:
+        """The p(yes) of `probe_rows`' rows, in order: each trigger's score, its firing rule, alerts."""
+        r = self._scored
+        self.probe_forwards += 1
+        self.probes_run += len(rows)
+        for (tr, _, _), p_yes in zip(rows, scores, strict=True):
+            self._update(tr, 1.0 - p_yes if tr.probe.negate else p_yes, r, emit)
+
+    def narration_look(self, emit: Emit) -> tuple[Context, str] | None:
+        """The context and prompt of a narration look due on the newest chunk (after its probes), or None."""
+        r = self._current(emit)
+        if r is None or r.todo or not r.narrate:
+            return None
+        r.narrate = False
+        self._looking = r
+        self._close_round()
+        t = int(r.t_s)
+        prompt = self.adapter.prompt(self.config.narrate_prompt.replace("{mmss}", f"{t // 60:02d}:{t % 60:02d}"))
+        return r.context(0, self.adapter.positions), prompt
+
+    def offer(self, text: str, emit: Emit) -> None:
+        """The decoded text of the last `narration_look`: said when the narration policy finds it new."""
+        r = self._looking
+        if self.narration.offer(text, r.scene, r.t_s):
+            self.remarks += 1
+            emit(Output("say", "", self.narration.last_text, {"t_s": round(r.t_s, 3)}))
+
+    @property
+    def deciding(self) -> bool:
+        """A round of decisions on the newest chunk is under way (probes or a narration look left)."""
+        return self._round is not None
+
+    def _current(self, emit: Emit) -> _Round | None:
         if self._round is None:
             self._round = self._plan(emit)
-            if self._round is None:
-                return False
-        r = self._round
-        if r.todo:
-            start = r.since(r.todo[0])  # a batch shares one context: triggers that look from the same block
-            batch = [tr for tr in r.todo if r.since(tr) == start][:self.config.probe_batch]
-            chosen = {id(tr) for tr in batch}
-            r.todo = [tr for tr in r.todo if id(tr) not in chosen]
-            scores = self.adapter.probe_many(r.context(start, self.adapter.positions),
-                                             [tr.probe.question for tr in batch])
-            self.probe_forwards += 1
-            self.probes_run += len(batch)
-            for tr, p_yes in zip(batch, scores, strict=True):
-                self._update(tr, 1.0 - p_yes if tr.probe.negate else p_yes, r, emit)
-        elif r.narrate:
-            r.narrate = False
-            self._narrate(r, emit)
-        if not r.todo and not r.narrate:
-            self._round = None
-        return True
+        return self._round
 
-    def _plan(self, emit: Callable[[Output], None]) -> _Round | None:
+    def _close_round(self) -> None:
+        r = self._round
+        if r is not None and not r.todo and not r.narrate:
+            self._round = None
+
+    def _plan(self, emit: Emit) -> _Round | None:
         snap = self.window.snapshot()
         if not snap.blocks or snap.blocks[-1].id == self._seen_block:
             return None
@@ -280,9 +368,11 @@ class ReasoningWorker:
         if not r.todo and not r.narrate:
             return None
         r.snap = snap
+        # triggers that look from the same block share one context: rows in that order reuse its layout
+        r.todo.sort(key=r.since)
         return r
 
-    def _update(self, tr: Trigger, score: float, r: _Round, emit: Callable[[Output], None]) -> None:
+    def _update(self, tr: Trigger, score: float, r: _Round, emit: Emit) -> None:
         if tr.id not in self.triggers:  # unwatched while its probe ran
             return
         if self.on_score is not None:
@@ -302,75 +392,10 @@ class ReasoningWorker:
             "condition": tr.condition, "t_s": round(r.t_s, 3), "score": round(score, 4),
             "evidence_t_s": [[round(start, 2), round(r.block.t_end_s, 2)]]}))
 
-    def _narrate(self, r: _Round, emit: Callable[[Output], None]) -> None:
-        pieces = []
-        t = int(r.t_s)
-        prompt = self.adapter.prompt(self.config.narrate_prompt.replace("{mmss}", f"{t // 60:02d}:{t % 60:02d}"))
-        for piece in self.adapter.generate(r.context(0, self.adapter.positions), prompt, self.config.max_new_tokens,
-                                            self.stop):
-            if not self.questions.empty():
-                return  # a question came in: it goes first; this look is not counted and is due again
-            pieces.append(piece)
-        if self.narration.offer("".join(pieces), r.scene, r.t_s):
-            self.remarks += 1
-            emit(Output("say", "", self.narration.last_text, {"t_s": round(r.t_s, 3)}))
-
     def stats(self) -> dict:
         return {"triggers_active": len(self.triggers), "probes_run": self.probes_run,
                 "probes_skipped": self.probes_skipped, "probe_forwards": self.probe_forwards,
                 "alerts": self.alerts, "remarks": self.remarks}
-
-    def answer(self, q: Question, emit: Callable[[Output], None] | None = None,
-               snap: WindowSnapshot | None = None) -> Output:
-        snap = snap or self.window.snapshot()
-        retrieved, at_times = self.retrieve(q, snap)
-        # a question about an older moment ("what was on screen at 03:12?") is answered from that moment alone,
-        # without the dialogue about other moments (as train-tiny trains it)
-        moment = at_times and retrieved
-        window = [] if moment else snap.blocks
-        context = layout(snap.sinks, retrieved, window, self.adapter.positions)
-        prompt = self.adapter.prompt(q.text, [] if moment else list(self.dialogue))
-        t0 = q.asked_s  # TTFT counts from the question's arrival: waiting in the queue, retrieval and layout too
-        ttft = None
-        pieces: list[str] = []
-        for piece in self.adapter.generate(context, prompt, self.config.max_new_tokens, self.stop):
-            if ttft is None:
-                ttft = time.perf_counter() - t0
-            pieces.append(piece)
-            if emit is not None and piece:
-                emit(Output("token", q.id, piece))
-        elapsed = time.perf_counter() - t0
-        if ttft is None:  # the first token the model produced ended the answer: it came with the last forward
-            ttft = elapsed
-        text = "".join(pieces).strip()
-        if self.config.dialogue_turns:  # (a deque with maxlen None would keep everything)
-            self.dialogue.append((q.text, text))
-        spans = [(b.t_start_s, b.t_end_s) for b in sorted(retrieved, key=lambda b: b.t_start_s)]
-        if window and snap.span_s is not None:
-            spans.append(snap.span_s)
-        decode_s = elapsed - (ttft or 0.0)
-        answer = Output("answer", q.id, text, {
-            "question": q.text,
-            "t_s": round(q.t_s, 3),
-            "input_t_s": round(q.t_s - self.t_offset_s, 3),
-            "ttft_ms": round(1000 * ttft, 1),
-            "tokens": len(pieces),
-            "tokens_per_s": round((len(pieces) - 1) / decode_s, 1) if len(pieces) > 1 and decode_s > 0 else None,
-            "evidence_t_s": [[round(a, 2), round(b, 2)] for a, b in spans],
-            "retrieved_blocks": [b.id for b in sorted(retrieved, key=lambda b: b.t_start_s)],
-        })
-        self.answered += 1
-        if emit is not None:
-            emit(answer)
-        return answer
-
-    def probe(self, q: Question, snap: WindowSnapshot | None = None) -> Output:
-        """p(yes) for a yes/no question about now: one forward on the window snapshot (no retrieval)."""
-        snap = snap or self.window.snapshot()
-        context = layout(snap.sinks, (), snap.blocks, self.adapter.positions)
-        p_yes = self.adapter.probe(context, q.text)
-        return Output("probe", q.id, "yes" if p_yes >= 0.5 else "no",
-                      {"question": q.text, "t_s": round(q.t_s, 3), "p_yes": round(p_yes, 4)})
 
     def retrieve(self, q: Question, snap: WindowSnapshot) -> tuple[list[Block], bool]:
         """Top-k memory blocks by the embedder's vectors (the model's own by default); for a question that names

@@ -25,7 +25,7 @@ of the weight files: name, size, first and last MiB) and the embedder of the ret
 so a snapshot of another model or embedder, another format version, a damaged file or an edited meta.json is
 refused with one line that says what to do, before any tensor is used.
 
-Thread contract: `save` may run on any thread while the session's workers run: the engine takes the stream's
+Thread contract: `save` may run on any thread while the engine runs: the engine takes the stream's
 state at one cut (`StreamingAssistant.stream_state`: no block moves from the window to memory while the window
 is read and memory written); the assistant serialises saves. `Autosaver` is one daemon thread
 ("streamvid-autosave") that saves every `every_s` seconds until `stop`.

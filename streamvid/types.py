@@ -32,6 +32,9 @@ class Question:
     text: str
     t_s: float  # stream time at which it was asked
     asked_s: float = field(default_factory=time.perf_counter)  # wall clock (perf_counter) when it arrived: TTFT's 0
+    # earlier (question, answer) turns to answer with instead of the stream's own dialogue (an API client's
+    # conversation); None: the stream's
+    dialogue: tuple[tuple[str, str], ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -87,3 +90,13 @@ class Context:
     @property
     def n_tokens(self) -> int:
         return int(self.keys[0].shape[2]) if self.keys else 0
+
+
+@dataclass(frozen=True)
+class ChunkJob:
+    """One chunk to encode on top of a context (one stream's window)."""
+
+    frames: tuple[np.ndarray, ...]  # RGB uint8 frames, a multiple of the model's temporal patch
+    past: Context
+    seconds_per_chunk: float
+    t_start_s: float = 0.0  # stream time of the first frame (adapters whose tokens carry time use it)

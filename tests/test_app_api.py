@@ -3,6 +3,8 @@ gradio_client the way the README shows (every endpoint, ShapesWorld frames pushe
 
 from __future__ import annotations
 
+import itertools
+
 import os
 import re
 import subprocess
@@ -66,15 +68,14 @@ def clip_frames(tmp_path_factory):
 
 def engine_answer(adapter, clip: str, t_s: float, question: str) -> dict:
     """The engine's own answer on the same frames, without the app or threads: every frame up to t_s through the
-    ingest worker on this thread, then the question answered on the window, as a live session answers it (the
+    engine stepped on this thread, then the question answered on the window, as a live session answers it (the
     pushed frames end on a chunk boundary, so nothing is left pending)."""
     from streamvid.types import Question
 
     sa = StreamingAssistant(CONFIG, adapter=adapter)
     try:
         source = FileSource(DEMO_VIDEOS / clip / f"{clip}.mp4", fps=2.0)
-        while (frame := source.read()) is not None and frame.t_s <= t_s:
-            sa.ingest.push(frame)
+        sa.feed(itertools.takewhile(lambda f: f.t_s <= t_s, iter(source.read, None)))
         answer = sa.reasoning.answer(Question("q0", question, t_s))
     finally:
         sa.stop()

@@ -8,7 +8,10 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
+from conftest import random_frames
 
+from streamvid.adapters.row_by_row import RowByRow
+from streamvid.engine import Engine
 from streamvid_app.inputs import InputPolicy, InputRefused
 from streamvid_app.chat import clock
 from streamvid_app.manager import SessionManager
@@ -184,7 +187,8 @@ def test_session_cap_idle_cleanup_and_no_leftovers(manager):
     assert manager.reap(now_s=a.last_active_s + 30) == []
     assert manager.reap(now_s=b.last_active_s + 61) == ["a", "b"]
     assert len(manager) == 0 and not spill_dir.exists()
-    assert not [t for t in threading.enumerate() if t.name.startswith("streamvid-") and t.name != "streamvid-app-reaper"
+    assert not [t for t in threading.enumerate() if t.name.startswith("streamvid-")
+                and t.name not in ("streamvid-app-reaper", "streamvid-engine")
                 and t.is_alive()]
     with pytest.raises(SessionError, match="session was closed"):
         a.start("push")
@@ -229,7 +233,7 @@ def push_one_by_one(s, n: int) -> None:
         wait_until(lambda k=i + 1: s.status()["frames_in"] + s.status()["frames_dropped"] >= k, what="frame in")
 
 
-class FailsOnce:
+class FailsOnce(RowByRow):
     """The real adapter, except that the first stream chunk after the warm-up raises once."""
 
     def __init__(self, real):
@@ -247,7 +251,8 @@ class FailsOnce:
 
 def test_a_model_error_ends_the_stream_not_the_session(adapter, policy):
     cfg = EngineConfig(model="unused", window_tokens=60, max_new_tokens=4, frame_px=56)
-    s = Session("tab-1", cfg, FailsOnce(adapter), policy)
+    engine = Engine(cfg, FailsOnce(adapter))
+    s = Session("tab-1", cfg, engine, policy)
     s.start("push")
     push_one_by_one(s, 2)
     wait_until(lambda: s.status()["error"] is not None, what="the worker error to reach the session")
@@ -261,3 +266,31 @@ def test_a_model_error_ends_the_stream_not_the_session(adapter, policy):
     wait_until(lambda: s.status()["blocks_encoded"] == 1, what="a block on the fresh stream")
     assert s.status()["error"] is None
     s.close()
+    engine.close()
+
+
+def test_sixteen_sessions_run_at_once_on_one_engine(adapter, policy):
+    """16 tabs, each a push stream on the manager's one engine: every frame goes in and every question is answered,
+    and the engine's scheduler put several sessions' chunks into one forward."""
+    cfg = EngineConfig(model="unused", window_tokens=60, max_new_tokens=2, frame_px=56, max_streams=16)
+    m = SessionManager(cfg, policy, adapter=adapter, idle_timeout_s=60.0, max_sessions_per_client=16)
+    try:
+        assert m.max_sessions == 16
+        sessions = [m.session(f"tab-{i}") for i in range(16)]
+        for s in sessions:
+            s.start("push")
+        for i in range(4):  # frames for every tab, then wait for all: chunks of many tabs are ready together
+            for k, s in enumerate(sessions):
+                s.push_frame(random_frames(1, seed=100 * k + i)[0], t_s=i / 2)
+            wait_until(lambda n=i + 1: all(s.status()["frames_in"] + s.status()["frames_dropped"] >= n
+                                           for s in sessions), what="every tab's frame in")
+        wait_until(lambda: all(s.status()["blocks_encoded"] >= 1 for s in sessions), what="a block per tab")
+        ids = [s.ask("What is on screen?") for s in sessions]
+        wait_until(lambda: all(not s.chat()[-1]["content"].endswith("…") for s in sessions), what="16 answers")
+        assert len(set(ids)) >= 1 and len(m.engine.streams()) == 16
+        assert all(s.status()["frames_dropped"] == 0 for s in sessions)
+        assert m.engine.forwards["encode"] < sum(s.status()["blocks_encoded"] for s in sessions)
+        with pytest.raises(SessionLimitError):
+            m.session("tab-16")
+    finally:
+        m.shutdown()

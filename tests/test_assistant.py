@@ -9,6 +9,7 @@ import av
 import numpy as np
 import pytest
 
+from streamvid.adapters.row_by_row import RowByRow
 from streamvid.assistant import BusyError, StreamingAssistant
 from streamvid.config import EngineConfig
 from streamvid.sources import FileSource, PushSource
@@ -81,7 +82,7 @@ def test_stop_is_bounded_idempotent_and_leaves_no_threads(adapter):
     assert _streamvid_threads() == []
 
 
-class BrokenAdapter:
+class BrokenAdapter(RowByRow):
     """The real adapter until the first chunk of the stream (the warm-up chunk before it goes through)."""
 
     def __init__(self, real):

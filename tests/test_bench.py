@@ -38,9 +38,16 @@ def test_gpu_check_script_runs_on_the_cpu_with_the_bundled_model(tmp_path):
 
     script = Path(__file__).resolve().parent.parent / "benchmarks" / "gpu_check.sh"
     env = {**os.environ, "ARCHES": "tiny", "DEVICE": "cpu", "DTYPE": "float32", "OUT": str(tmp_path),
-           "BENCH_ARGS": "--minutes 0.2 --interference-s 2 --repeats 1 --questions 1"}
+           "BENCH_ARGS": "--minutes 0.2 --interference-s 2 --repeats 1 --questions 1", "STREAMS_ARCH": "tiny",
+           "STREAMS_ARGS": "--quick --streams 1,2 --streams-seconds 3"}
     p = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=600, env=env)
     assert p.returncode == 0, p.stderr
     summaries = [json.loads(line) for line in p.stdout.splitlines() if line.startswith("{")]
-    assert len(summaries) == 1 and set(summaries[0]["reencode_ttft_ms"]) == {"16", "32", "64"}
+    assert len(summaries) == 2 and set(summaries[0]["reencode_ttft_ms"]) == {"16", "32", "64"}
     assert (tmp_path / "tiny" / "bench.json").is_file()
+    streams = summaries[1]["streams"]  # many streams on one engine, batched and one forward per stream
+    assert [s["n"] for s in streams] == [1, 2] and all(s["fps_per_stream"] == 2.0 for s in streams)
+    for entry in streams:
+        for way in ("batched", "unbatched"):
+            assert set(entry[way]) >= {"frames_dropped", "ttft_ms_p50", "ttft_ms_p95", "saturated_frames_per_s"}
+            assert entry[way]["frames_in"] > 0 and entry[way]["saturated_frames_per_s"] > 0

@@ -1,4 +1,4 @@
-"""`streamvid run` end to end on a real video that ships with gradio."""
+"""`streamvid run` end to end on a real video that ships with gradio; engine flags shared by run, score and demo."""
 
 from __future__ import annotations
 
@@ -44,3 +44,36 @@ def test_errors_are_one_line_with_nonzero_exit(tiny_model_dir, tmp_path):
     assert p.stderr.strip().count("\n") == 0 and "video file not found" in p.stderr
     p = run("run", str(world_mp4()), "--model", str(tiny_model_dir), "--ask", "soon:what?")
     assert p.returncode == 2 and "expected T:QUESTION" in p.stderr
+
+
+def _demo_parser():
+    """app/cli.py's own `demo` parser, as the streamvid command line plugs it in."""
+    import argparse
+
+    from streamvid_app.cli import register
+
+    p = argparse.ArgumentParser(prog="streamvid")
+    register(p.add_subparsers(dest="command", required=True))
+    return p
+
+
+@pytest.mark.parametrize("argv", [["run", "v.mp4"], ["score", "e.jsonl"], ["demo"]])
+def test_dialogue_turns_flag_reaches_the_engine_config(argv):
+    import dataclasses
+
+    from streamvid.cli import build_parser, engine_config
+    from streamvid.config import EngineConfig
+
+    parser = _demo_parser() if argv[0] == "demo" else build_parser()
+    default = next(f.default for f in dataclasses.fields(EngineConfig) if f.name == "dialogue_turns")
+    assert engine_config(parser.parse_args(argv)).dialogue_turns == default  # run, score and demo alike
+    for n in (0, 5):
+        assert engine_config(parser.parse_args([*argv, "--dialogue-turns", str(n)])).dialogue_turns == n
+
+
+def test_negative_dialogue_turns_is_one_line(capsys):
+    from streamvid.cli import main
+
+    assert main(["run", "clip.mp4", "--dialogue-turns", "-1"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "dialogue_turns must be >= 0, got -1" in err

@@ -120,6 +120,33 @@ def test_proactivevideoqa(tmp_path):
         ([1.0, 3.0], "step"), ([4.0, 5.5], "substep")]
 
 
+ALL_FILES = {
+    "ovo-bench": [DATA / "ovo-bench" / "ovo_bench_new.json"],
+    "streamingbench": SB,
+    "rvs": [DATA / "rvs" / f for f in ("ego4d_oe.json", "test_qa_movienet.json", "rvs_movie.json")],  # both packagings
+    "proactivevideoqa": [DATA / "proactivevideoqa" / s / "anno.json" for s in ("TV", "EGO")],
+    "svbench": [DATA / "svbench" / "video_7.json"],
+}
+# protocol.dialogue_turns by benchmark: 0 where the official protocol asks every question on its own, SVBench keeps
+# its chains, ProactiveVideoQA (one question per episode) leaves it to the run
+DIALOGUE = {"ovo-bench": 0, "streamingbench": 0, "rvs": 0, "proactivevideoqa": None, "svbench": 6}
+
+
+@pytest.mark.parametrize("name", sorted(ALL_FILES))
+def test_converted_episodes_say_whether_their_questions_stand_alone(name, tmp_path):
+    from streamvid.config import EngineConfig
+    from streamvid.eval.score import episode_config
+
+    episodes = convert(name, ALL_FILES[name], tmp_path)
+    assert episodes
+    run = EngineConfig(dialogue_turns=3)  # what `streamvid score --dialogue-turns 3` runs with
+    for ep in episodes:
+        assert ep["protocol"].get("dialogue_turns") == DIALOGUE[name], ep["episode_id"]
+        # the scorer takes it from the episode; an episode that does not set it gets the run's setting
+        expected = 3 if DIALOGUE[name] is None else DIALOGUE[name]
+        assert episode_config(ep, run).dialogue_turns == expected
+
+
 def test_svbench(tmp_path):
     [ep] = convert("svbench", [DATA / "svbench" / "video_7.json"], tmp_path)
     assert ep["episode_id"] == "svbench/video_7" and ep["video"]["path"] == str(tmp_path / "video_7.mp4")

@@ -200,8 +200,7 @@ def test_engine_answer_equals_generate(arch, dtype, family_adapters, family_dirs
                        max_new_tokens=12, dialogue_turns=0)
     sa = StreamingAssistant(cfg, adapter=spy)
     chunks = _chunks(adapter, 2)
-    for i, img in enumerate(f for frames in chunks for f in frames):
-        sa.ingest.push(Frame(img, i / FPS, i))
+    sa.feed(Frame(img, i / FPS, i) for i, img in enumerate(f for frames in chunks for f in frames))
     question = "What do you see?"
     answer = sa.reasoning.answer(Question("q0", question, len(chunks) * k / FPS))
     # the engine's tokens: the same greedy loop on the very context and prompt the engine answered from
@@ -248,8 +247,7 @@ def test_retrieval_brings_a_planted_block_into_the_context(fam):
     cfg = EngineConfig(model="unused", fps=FPS, frames_per_chunk=k, window_tokens=1, memory_top_k=1,
                        max_new_tokens=2)
     sa = StreamingAssistant(cfg, adapter=spy)  # a window of one block: the others go to memory
-    for i in range(6 * k):
-        sa.ingest.push(Frame(random_frames(1, seed=200 + i)[0], i / FPS, i))
+    sa.feed(Frame(random_frames(1, seed=200 + i)[0], i / FPS, i) for i in range(6 * k))
     assert len(sa.memory) >= 4
     question = "What colour was the star?"
     planted = sa.memory.load(2)  # make block 2 the one whose vector matches the question exactly

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from streamvid import user_text
+from streamvid.adapters.row_by_row import RowByRow
 from streamvid.assistant import BusyError, StreamingAssistant
 from streamvid.cli import _ask, main
 from streamvid.config import EngineConfig
@@ -58,7 +59,7 @@ def test_unusable_questions_are_one_clear_error(adapter, text, error):
     sa = StreamingAssistant(_cfg(), adapter=adapter)
     with pytest.raises(ValueError, match=error) as e:
         sa.ask(text)
-    assert "\n" not in str(e.value) and sa.questions.empty()
+    assert "\n" not in str(e.value) and sa.stream.questions_waiting == 0
     with pytest.raises(ValueError, match=error.replace("question", "condition")):
         sa.watch(text)
     sa.stop()
@@ -73,7 +74,8 @@ def test_odd_but_usable_questions_are_answered(adapter):
     out: list = []
     for q in questions:
         sa.ask(q)
-        assert sa.reasoning.work(out.append)
+        sa.engine.run_until_idle()
+        out += list(sa.outputs(timeout_s=0.0))
     answers = [o for o in out if o.kind == "answer"]
     assert [a.data["question"] for a in answers] == [
         "What colour  is the [31m circle?", "Welche Farbe hat 形 — لون الدائرة? 🙂 ๑๒๓", "a b?", "x" * 4000,
@@ -90,12 +92,12 @@ def test_any_text_is_answered_or_refused_in_one_line(adapter, text):
     except ValueError as e:
         assert "\n" not in str(e)
         return
-    out: list = []
-    assert sa.reasoning.work(out.append)
+    sa.engine.run_until_idle()
+    out = list(sa.outputs(timeout_s=0.0))
     assert [o.id for o in out if o.kind == "answer"] == [qid]
 
 
-class GatedAdapter:
+class GatedAdapter(RowByRow):
     """The real adapter whose answers wait for `gate` (so the questions queue can be filled deterministically)."""
 
     def __init__(self, real):

@@ -7,14 +7,15 @@ import pytest
 import torch
 
 from conftest import random_frames
+from streamvid.adapters.row_by_row import RowByRow
 from streamvid.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
 from streamvid.reasoning import stream_times
 from streamvid.types import Frame, Question
 
 
-class SpyAdapter:
-    """The real adapter, recording the context each answer is generated on."""
+class SpyAdapter(RowByRow):
+    """The real adapter (one row per forward), recording the context each answer is generated on."""
 
     def __init__(self, real):
         self._real = real
@@ -31,8 +32,7 @@ class SpyAdapter:
 
 
 def _fill(sa: StreamingAssistant, n_chunks: int) -> None:
-    for i in range(n_chunks * 2):
-        sa.ingest.push(_frame(i))
+    sa.feed(_frame(i) for i in range(n_chunks * 2))
 
 
 def _frame(i):
@@ -169,8 +169,7 @@ def test_questions_do_not_change_the_chunking_and_answers_end_on_the_latest_fram
 
     for context, latest in zip(spy.contexts, (6, 12), strict=True):
         ref = StreamingAssistant(EngineConfig(model="unused", window_tokens=40, memory_top_k=0), adapter=adapter)
-        for i in range(latest + 1):
-            ref.ingest.push(Frame(frames[i], i / 2, i))
+        ref.feed(Frame(frames[i], i / 2, i) for i in range(latest + 1))
         snap = ref.window.snapshot()
         expected = adapter.encode_chunk([frames[latest], frames[latest]], concat([snap.sinks, *snap.blocks],
                                                                                  snap.next_pos), 1.0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -66,3 +67,95 @@ def test_score_trace_per_task(tmp_path):
     assert report["tasks"] == {"colour": {"correct": 1, "n": 1, "accuracy": 1.0},
                                "probe": {"correct": 0, "n": 1, "accuracy": 0.0}}
     assert report["overall"] == 0.5 and report["ttft_ms_median"] == 10.0
+
+
+# ---- the engine settings a score runs with ---------------------------------------------------------------------------
+def _shapes_episodes(tmp_path, protocols: dict[str, dict]) -> Path:
+    """The first seconds of the bundled ShapesWorld clip shapes_8 (three questions, no trigger), once per episode id
+    with that episode's protocol changes."""
+    from streamvid import assets
+
+    folder = assets.DEMO_VIDEOS / "shapes_8"
+    base = json.loads((folder / "episodes.jsonl").read_text().splitlines()[0])
+    keep = {"q0", "a0", "q2", "a2", "q3", "a3"}
+    lines = []
+    for eid, changes in protocols.items():
+        ep = {**base, "episode_id": eid, "events": [e for e in base["events"] if e["id"] in keep],
+              "video": {"path": str(folder / "shapes_8.mp4"), "t_start": 0.0, "t_end": 15.0},
+              "protocol": {**base["protocol"], **changes}}
+        assert ep["source"]["benchmark"] == "shapesworld" and "dialogue_turns" not in base["protocol"]
+        lines.append(json.dumps(ep))
+    path = tmp_path / "eps.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _stats(trace) -> dict[str, dict]:
+    recs = [json.loads(line) for line in trace.read_text().splitlines()]
+    return {r["episode_id"]: r for r in recs if r["type"] == "stats"}
+
+
+def _default(name: str):
+    import dataclasses
+
+    from streamvid.config import EngineConfig
+
+    return next(f.default for f in dataclasses.fields(EngineConfig) if f.name == name)
+
+
+def test_score_runs_shapesworld_with_the_run_dialogue_unless_the_protocol_says_otherwise(tiny_model_dir, tmp_path):
+    """`streamvid score` as `streamvid run`: a ShapesWorld episode keeps EngineConfig's dialogue turns (2); an
+    episode whose protocol sets 0 runs without, and the report names that override."""
+    from streamvid.config import EngineConfig
+    from streamvid.eval.batch import score_files
+
+    eps = _shapes_episodes(tmp_path, {"shapes": {}, "alone": {"dialogue_turns": 0}})
+    cfg = EngineConfig(model=str(tiny_model_dir), max_new_tokens=2)
+    report = score_files([eps], cfg, tmp_path / "out", plots=False)
+    stats = _stats(tmp_path / "out" / "trace.jsonl")
+    assert _default("dialogue_turns") == 2
+    assert stats["shapes"]["dialogue_turns"] == 2 and stats["alone"]["dialogue_turns"] == 0
+    assert stats["shapes"]["decision_hz"] == 1.0  # ShapesWorld's protocol sets its decision rate
+    run = report["run"]
+    assert run["dialogue_turns"] == 2
+    assert run["protocol_overrides"]["dialogue_turns"] == {"0": 1}
+    assert run["changed_from_defaults"] == {"max_new_tokens": 2}
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "dialogue_turns 0 in 1 episode" in md and "Changed from the engine defaults: max_new_tokens 2." in md
+
+
+def test_the_dialogue_flag_reaches_every_episode_the_protocol_leaves_alone(tiny_model_dir, adapter, tmp_path):
+    """`--dialogue-turns 0` (a config with 0) scores ShapesWorld without earlier turns, and the report says it
+    changed the default; a protocol's own value still wins."""
+    from streamvid.config import EngineConfig
+    from streamvid.eval.batch import run_episode, score_files
+
+    eps = _shapes_episodes(tmp_path, {"shapes": {}, "chain": {"dialogue_turns": 6}})
+    cfg = EngineConfig(model=str(tiny_model_dir), max_new_tokens=2, dialogue_turns=0)
+    report = score_files([eps], cfg, tmp_path / "out", plots=False)
+    stats = _stats(tmp_path / "out" / "trace.jsonl")
+    assert stats["shapes"]["dialogue_turns"] == 0 and stats["chain"]["dialogue_turns"] == 6
+    assert report["run"]["changed_from_defaults"]["dialogue_turns"] == 0
+    assert report["run"]["protocol_overrides"]["dialogue_turns"] == {"6": 1}
+    [ep] = [e for e in load_episodes(eps) if e["episode_id"] == "shapes"]
+    assert run_episode(ep, cfg.replace(dialogue_turns=5), adapter, "native")[-1]["dialogue_turns"] == 5
+
+
+def test_single_pass_scorer_keeps_the_run_dialogue(tiny_model_dir, tmp_path):
+    """eval/score.score_files (the one-pass scorer) no longer forces 0 turns either."""
+    from streamvid.config import EngineConfig
+    from streamvid.eval.score import score_files
+
+    eps = _shapes_episodes(tmp_path, {"shapes": {}, "alone": {"dialogue_turns": 0}})
+    report = score_files([eps], EngineConfig(model=str(tiny_model_dir), max_new_tokens=2), tmp_path / "out")
+    stats = _stats(tmp_path / "out" / "trace.jsonl")
+    assert stats["shapes"]["dialogue_turns"] == 2 and stats["alone"]["dialogue_turns"] == 0
+    assert report["dialogue_turns"] == 2 and report["protocol_overrides"]["dialogue_turns"] == {"0": 1}
+
+
+@pytest.mark.parametrize("turns", [-1, "two", 1.5, True])
+def test_load_episodes_rejects_a_bad_protocol_dialogue_turns(tmp_path, turns):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(_episode(protocol={"dialogue_turns": turns})) + "\n")
+    with pytest.raises(ValueError, match=r"bad.jsonl:1: protocol.dialogue_turns must be a whole number >= 0"):
+        load_episodes(bad)

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 
+from streamvid.adapters.row_by_row import RowByRow
 from streamvid.assets import DEMO_VIDEOS
 from streamvid.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
@@ -69,14 +70,14 @@ def _a(pair) -> str:
 def decision_times(t_end: float) -> list[float]:
     """When the engine decides in a replay: the last frame of each 2-frame chunk, and the last frame of the stream
     (its unfinished chunk is flushed at the end). Questions do not change the chunking: an unfinished chunk is
-    encoded for the answer alone (an independent model of IngestWorker + run_simulated)."""
+    encoded for the answer alone (an independent model of Ingest + run_simulated)."""
     n = round(t_end * FPS)
     return [k / FPS for k in range(1, n, 2)] + ([(n - 1) / FPS] if n % 2 else [])
 
 
-class OracleAdapter:
-    """The real adapter for encoding and generating; probes answer from the ground truth at the last frame of the
-    newest chunk in the context (p(yes) 0.95 if the asked pair is on screen, else 0.05). It finds that chunk by
+class OracleAdapter(RowByRow):
+    """The real adapter for encoding and generating (one row per forward); probes answer from the ground truth at
+    the last frame of the newest chunk in the context (p(yes) 0.95 if the asked pair is on screen, else 0.05). It finds that chunk by
     its KV values (position-free) and the chunk's time by its last frame, looked up in the decoded clip.
     `truth_scene` gives a chunk's scene as a one-hot of the pairs on screen (a perfect change signal)."""
 
@@ -114,12 +115,16 @@ class OracleAdapter:
                 return t
         raise AssertionError("the probe context does not end with an encoded chunk")
 
-    def probe_many(self, context, questions):
+    def probe_rows(self, rows):
+        """One batched forward: each (context, question) row answered from the truth at its context's newest chunk."""
         self.calls.append("probe")
         if self.on_probe is not None:
             self.on_probe()
+        return [self._p_yes(context, q) for context, q in rows]
+
+    def _p_yes(self, context, question) -> float:
         visible = TRUTH.pairs(self._time_of(context))
-        return [0.95 if (m := _PAIR.match(q)) and m.groups() in visible else 0.05 for q in questions]
+        return 0.95 if (m := _PAIR.match(question)) and m.groups() in visible else 0.05
 
     def generate(self, context, prompt, max_new_tokens, stop=None):
         self.calls.append("generate")
@@ -218,12 +223,12 @@ class WindowOracleAdapter(OracleAdapter):
             times.append(hit[1])
             tail = tail[:, :, :-hit[0].shape[2]]
 
-    def probe_many(self, context, questions):
+    def _p_yes(self, context, question) -> float:
         times = self._times_of(context.values[0])
         window = [b.t_end_s for b in self.window.snapshot().blocks]
         self.seen.append((times, window))
         visible = set().union(*(TRUTH.pairs(t) for t in times))
-        return [0.95 if (m := _PAIR.match(q)) and m.groups() in visible else 0.05 for q in questions]
+        return 0.95 if (m := _PAIR.match(question)) and m.groups() in visible else 0.05
 
 
 def test_a_trigger_looks_only_at_what_came_after_it_was_made(adapter, frame_times):
@@ -295,25 +300,23 @@ def test_questions_come_first_a_probe_delays_an_answer_by_one_forward_at_most(ad
         sa.watch(f"a {COLOURS[i]} circle")
     src = FileSource(CLIP, fps=FPS, t_end_s=2.0)
     while (f := src.read()) is not None:
-        sa.ingest.push(f)
-    out: list[Output] = []
+        sa.insert(f)
     asked = []
     oracle.on_probe = lambda: asked.append(sa.ask("How many shapes are there?", t_s=2.0)) if not asked else None
-    while sa.reasoning.work(out.append):
-        pass
-    # a round of 6 probes on the newest chunk is 3 forwards; the question arrives during the first forward and is
-    # answered before the second
-    assert [c for c in oracle.calls if c != "token"] == ["probe", "generate", "probe", "probe"]
+    sa.engine.run_until_idle()
+    out = _drain(sa.stream.outputs)
+    # a round of 6 probes on a chunk is 3 forwards; the question arrives during the first forward and its answer
+    # starts before the second
+    assert [c for c in oracle.calls if c != "token"][:4] == ["probe", "generate", "probe", "probe"]
     assert [o.id for o in out if o.kind == "answer"] == asked
-    assert sa.stats()["probes_run"] == 6
+    st = sa.stats()
+    assert st["probes_run"] + st["probes_skipped"] == 12  # both chunks decided, all six triggers each
 
 
 def test_narration_gives_way_to_a_question_within_one_token(adapter, frame_times):
     oracle = OracleAdapter(adapter, frame_times)
     sa = StreamingAssistant(_cfg(narrate=True, max_new_tokens=6), adapter=oracle)
     src = FileSource(CLIP, fps=FPS, t_end_s=1.0)
-    while (f := src.read()) is not None:
-        sa.ingest.push(f)
     real_generate = oracle.generate
 
     def generate(context, prompt, max_new_tokens, stop=None):
@@ -323,9 +326,8 @@ def test_narration_gives_way_to_a_question_within_one_token(adapter, frame_times
             yield piece
 
     oracle.generate = generate
-    out: list[Output] = []
-    while sa.reasoning.work(out.append):
-        pass
+    sa.feed(iter(src.read, None))
+    out = _drain(sa.stream.outputs)
     assert oracle.calls[:3] == ["generate", "token", "generate"]  # narration stopped after its first token
     assert next(o.kind for o in out if o.kind != "token") == "answer"
     assert sa.reasoning.narration.last_look_s is None  # the abandoned look is due again at the next chunk
@@ -388,21 +390,26 @@ def test_cli_run_prints_alerts_in_stream_order_with_answers(tiny_model_dir):
     assert bad.returncode == 2 and "expected T:CONDITION" in bad.stderr
 
 
-def test_reasoning_step_answers_a_question_and_wakes_on_new_blocks(adapter, frame_times):
-    """`step` serves a waiting question without waiting for the read timeout, and a new block wakes it."""
+def test_the_scheduler_wakes_for_a_question_and_new_frames(adapter, frame_times):
+    """The scheduler thread sleeps up to the read timeout (30 s here) only when there is nothing to do: a question
+    and new frames wake it at once."""
     oracle = OracleAdapter(adapter, frame_times)
     sa = StreamingAssistant(_cfg(read_timeout_s=30.0), adapter=oracle)
-    sa.watch(_a(FIRST))
-    src = FileSource(CLIP, fps=FPS, t_end_s=1.0)
-    while (f := src.read()) is not None:
-        sa.ingest.push(f)
-    assert sa.reasoning.wake.is_set()  # ingest's new block (and the watch) woke it
-    assert sa.reasoning.step() is True and oracle.calls == ["probe"]
-    sa.ask("How many shapes are there?", t_s=1.0)
-    assert sa.reasoning.step() is True and oracle.calls[1] == "generate"
-    answer = [o for o in _drain(sa.reasoning.outputs) if o.kind == "answer"]
-    assert answer and answer[0].data["question"] == "How many shapes are there?"
-    sa.reasoning.stop.set()
+    sa.engine.start()
+    try:
+        sa.watch(_a(FIRST))
+        src = FileSource(CLIP, fps=FPS, t_end_s=1.0)
+        while (f := src.read()) is not None:
+            sa.insert(f)
+        t0 = time.monotonic()
+        while "probe" not in oracle.calls and time.monotonic() - t0 < 20.0:
+            time.sleep(0.01)
+        assert "probe" in oracle.calls  # the new block was decided on without waiting 30 s
+        sa.ask("How many shapes are there?", t_s=1.0)
+        answer = [o for o in sa.outputs(timeout_s=20.0) if o.kind == "answer"]
+        assert answer and answer[0].data["question"] == "How many shapes are there?"
+    finally:
+        sa.stop()
 
 
 def _drain(q: queue.Queue) -> list[Output]:

@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import torch
 
-from streamvid.types import Context, Encoded
+from streamvid.types import ChunkJob, Context, Encoded
 
 if TYPE_CHECKING:
+    from streamvid.adapters.batching import Decoding
     from streamvid.budget import KVShape
     from streamvid.positions import RopePositions
 
@@ -42,6 +43,10 @@ class VideoLLMAdapter(Protocol):
     def encode_chunk(self, frames: Sequence[np.ndarray], past: Context, seconds_per_chunk: float,
                      t_start_s: float = 0.0) -> Encoded: ...
 
+    def encode_chunks(self, jobs: Sequence[ChunkJob]) -> list[Encoded]:
+        """`encode_chunk` of each job (one stream's chunk on its own context), batched into as few forwards as the
+        family allows."""
+
     def question_vector(self, text: str) -> np.ndarray: ...
 
     def prompt(self, question: str, dialogue: Sequence[tuple[str, str]] = ()) -> str: ...
@@ -52,6 +57,15 @@ class VideoLLMAdapter(Protocol):
     def probe(self, context: Context, question: str) -> float: ...
 
     def probe_many(self, context: Context, questions: Sequence[str]) -> list[float]: ...
+
+    def probe_rows(self, rows: Sequence[tuple[Context, str]]) -> list[float]:
+        """`probe` of each (context, question), contexts of different streams, in one batched forward."""
+
+    def start_decoding(self, context: Context, prompt: str, max_new_tokens: int) -> Decoding:
+        """A greedy answer to `prompt` on `context` (tokens, done, piece(), cancel()), advanced by `decode`."""
+
+    def decode(self, decodings: Sequence[Decoding]) -> None:
+        """One forward advances every unfinished decoding by one token (a first step prefills its prompt)."""
 
 
 # model_type -> (architecture, module, adapter class); each family lives in its own module under adapters/

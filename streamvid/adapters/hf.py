@@ -1,13 +1,14 @@
-"""What every transformers video-LLM adapter shares: loading, text prefill, chunk prefill onto a cache, the manual
-greedy decode loop, yes/no probes (single and batched) and the model's own retrieval vectors.
+"""What every transformers video-LLM adapter shares: loading, text prefill, chunk prefill onto a cache, greedy
+decoding, yes/no probes and the model's own retrieval vectors. The batched forwards over rows of many streams
+(`encode_chunks`, `probe_rows`, `decode`) are in batching.py; the single-row methods are their one-row case.
 
 A family's module subclasses `HFVideoAdapter` and says only what differs: the model types it loads, its chat
 text (`sink_text`, `prompt`, stop tokens), how a chunk of frames becomes tokens, vision inputs and positions
 (`chunk_inputs`), and whether positions are 3-D M-RoPE or 1-D RoPE (`position_axes`).
 
 Nothing here relies on state the HF model keeps between calls (`rope_deltas`): every forward gets explicit
-`position_ids`. The model is shared by the ingest and reasoning threads; `lock` is held around each forward, so a
-long answer interleaves with ingest one decode step at a time.
+`position_ids`. The model is shared by every stream of an engine (engine.py), whose scheduler batches their work
+(adapters/batching.py); `lock` is held around each forward, for callers on other threads.
 """
 
 from __future__ import annotations
@@ -25,9 +26,10 @@ from transformers import AutoModelForImageTextToText, AutoProcessor, DynamicCach
 from transformers.cache_utils import DynamicLayer
 from transformers.utils import logging as hf_logging
 
+from streamvid.adapters import batching
 from streamvid.budget import DTYPE_BYTES, KVShape
 from streamvid.positions import RopePositions
-from streamvid.types import Context, Encoded
+from streamvid.types import ChunkJob, Context, Encoded
 
 REGION_SIDE = 4  # a block's region vectors: its video tokens pooled onto at most 4 x 4 regions of the frame
 SYSTEM_PROMPT = "You are a helpful assistant watching a live video stream. Answer briefly from what you saw."
@@ -128,6 +130,10 @@ class HFVideoAdapter:
                      t_start_s: float = 0.0) -> ChunkInputs:
         raise NotImplementedError
 
+    def chunk_inputs_batch(self, clips: Sequence[tuple[Sequence[np.ndarray], float, float]]) -> list[ChunkInputs]:
+        """`chunk_inputs` of each (frames, seconds_per_chunk, t_start_s); a family may prepare them together."""
+        return [self.chunk_inputs(frames, seconds, t_start_s) for frames, seconds, t_start_s in clips]
+
     def tokens_per_chunk(self, height: int, width: int, frames: int) -> int:
         """Tokens of one chunk of `frames` frames of height x width, as the processor turns them into tokens."""
         blank = [np.zeros((height, width, 3), np.uint8)] * frames
@@ -147,17 +153,13 @@ class HFVideoAdapter:
         """The chunk's KV on top of `past`, and its retrieval vectors: the mean pre-RoPE key of its video tokens at
         the index layer, and the same per region of the frame (`region_keys`). `t_start_s`, the stream time of the
         chunk's first frame, is used by adapters whose tokens carry time (`uses_stream_time`)."""
-        if len(frames) % self.frames_per_chunk_multiple:
-            raise ValueError(f"a chunk needs a multiple of {self.frames_per_chunk_multiple} frames, got {len(frames)}")
-        chunk = self.chunk_inputs(frames, seconds_per_chunk, t_start_s)
-        with self.lock, torch.inference_mode(), self._capture("k") as captured, self._decoder_inputs() as embeds:
-            cache = self.forward(chunk.ids, chunk.positions + past.next_pos, past, **chunk.vision)[1]
-        keys, values = self._tail(cache, chunk.ids.shape[1])
-        mask = chunk.video_mask.to(captured[0].device)
-        pre_rope_keys = captured[0][0][mask].float()  # (n_video, kv_heads*head_dim)
-        scene = embeds[0][0][mask.to(embeds[0].device)].to(torch.float16).cpu().numpy() if embeds else None
-        return Encoded(keys, values, chunk.pos_span, _unit(pre_rope_keys.mean(0)), scene,
-                       region_keys(pre_rope_keys, chunk.grid))
+        return self.encode_chunks([ChunkJob(tuple(frames), past, seconds_per_chunk, t_start_s)])[0]
+
+    def encode_chunks(self, jobs: Sequence[ChunkJob]) -> list[Encoded]:
+        """`encode_chunk` of each job (chunks of different streams, on their own contexts), batched: one forward
+        for all jobs whose vision inputs stack (all, for the Qwen families; for the LLaVA families, one forward per
+        frame count). See batching.encode_chunks."""
+        return batching.encode_chunks(self, jobs)
 
     def question_vector(self, text: str) -> np.ndarray:
         """Mean pre-RoPE query of the question's tokens at the index layer, heads averaged within each KV group,
@@ -171,84 +173,61 @@ class HFVideoAdapter:
     def generate(self, context: Context, prompt: str, max_new_tokens: int,
                  stop: threading.Event | None = None) -> Iterator[str]:
         """Prefill `prompt` after `context` and decode greedily, yielding one text piece per generated token."""
-        out: list[int] = []
-        shown = ""
-        for token in self.generate_ids(context, prompt, max_new_tokens, stop):
-            out.append(token)
-            text = self.tokenizer.decode(out, skip_special_tokens=True)
-            piece = "" if text.endswith("\ufffd") else text[len(shown):]  # "" while a character is incomplete
-            shown += piece
-            yield piece
+        decoding = self.start_decoding(context, prompt, max_new_tokens)
+        for _ in self._steps(decoding, stop):
+            yield decoding.piece()
 
     def generate_ids(self, context: Context, prompt: str, max_new_tokens: int,
                      stop: threading.Event | None = None) -> Iterator[int]:
         """The greedy token ids after `prompt` on `context`, up to a stop token (not yielded)."""
-        ids = self.token_ids(prompt)
-        pos = context.next_pos
-        cache = None
-        for _ in range(max_new_tokens):
-            if stop is not None and stop.is_set():
-                return
-            with self.lock, torch.inference_mode():
-                # the first forward copies the context into a buffer with room for the prompt and every new
-                # token; each later step writes its own token's K/V in place (_BufferLayer)
-                logits, cache = self.forward(ids, self.text_positions(pos, ids.shape[1]),
-                                              context if cache is None else None, cache=cache,
-                                              spare=ids.shape[1] + max_new_tokens)
-            pos += ids.shape[1]
-            token = int(logits[0, -1].argmax())
-            if token in self.stop_ids:
-                return
-            yield token
-            ids = torch.tensor([[token]])
+        decoding = self.start_decoding(context, prompt, max_new_tokens)
+        for _ in self._steps(decoding, stop):
+            yield decoding.tokens[-1]
+
+    def _steps(self, decoding: batching.Decoding, stop: threading.Event | None) -> Iterator[None]:
+        """`decode` the one decoding until done or `stop` is set (checked before each forward), once per token."""
+        try:
+            while not decoding.done and not (stop is not None and stop.is_set()):
+                n = len(decoding.tokens)
+                self.decode([decoding])
+                if len(decoding.tokens) > n:
+                    yield
+        finally:
+            decoding.cancel()
+
+    def start_decoding(self, context: Context, prompt: str, max_new_tokens: int) -> batching.Decoding:
+        """A greedy answer to `prompt` on `context`, advanced by `decode` (no forward yet)."""
+        return batching.Decoding(self, context, self.token_ids(prompt)[0].tolist(), max_new_tokens)
+
+    def decode(self, decodings: Sequence[batching.Decoding]) -> None:
+        """One forward advances every unfinished decoding by one token (a first step prefills its prompt); done ones
+        are ignored. See batching.decode."""
+        batching.decode(self, decodings)
 
     def probe(self, context: Context, question: str) -> float:
         """p(yes) / (p(yes) + p(no)) for the first answer token after `question`."""
-        ids = self.token_ids(self.prompt(question))
-        with self.lock, torch.inference_mode():
-            logits = self.forward(ids, self.text_positions(context.next_pos, ids.shape[1]), context)[0]
-        p = torch.softmax(logits[0, -1].float(), dim=-1)
-        yes, no = float(p[self._yes_ids].sum()), float(p[self._no_ids].sum())
-        return yes / (yes + no) if yes + no > 0 else 0.5
+        return self.probe_rows([(context, question)])[0]
 
     def probe_many(self, context: Context, questions: Sequence[str]) -> list[float]:
-        """`probe` for several questions on one context in a single batched forward.
+        """`probe` for several questions on one context in a single batched forward."""
+        return self.probe_rows([(context, q) for q in questions])
 
-        The prompts are left-padded to one length, so every row's last position is its answer position; the
-        context enters the cache expanded over the rows (DynamicCache's first update concatenates the prompts to
-        it, which writes one copy of the context per row) and an attention mask hides the padding. Each prompt
-        keeps the positions it has alone (context.next_pos onwards), so the result equals `probe`."""
-        if not questions:
-            return []
-        rows = [self.token_ids(self.prompt(q))[0].tolist() for q in questions]
-        n, width = len(rows), max(len(r) for r in rows)
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else rows[0][0]
-        ids = torch.full((n, width), pad, dtype=torch.long)
-        mask = torch.zeros((n, context.n_tokens + width), dtype=torch.long)
-        mask[:, :context.n_tokens] = 1
-        for i, r in enumerate(rows):
-            ids[i, width - len(r):] = torch.tensor(r)
-            mask[i, context.n_tokens + width - len(r):] = 1
-        positions = self.positions.batch_ids([context.next_pos] * n, [len(r) for r in rows], width)
-        data = [(k.expand(n, -1, -1, -1), v.expand(n, -1, -1, -1)) for k, v in zip(context.keys, context.values)]
-        with self.lock, torch.inference_mode():
-            cache = DynamicCache(ddp_cache_data=data if context.n_tokens else None, config=self.model.config)
-            logits = self.model(input_ids=ids.to(self.device), position_ids=positions.to(self.device),
-                                attention_mask=mask.to(self.device), cache=cache, use_cache=True,
-                                logits_to_keep=1).logits
-        p = torch.softmax(logits[:, -1].float(), dim=-1)  # (n, vocab)
-        yes, no = p[:, self._yes_ids].sum(-1), p[:, self._no_ids].sum(-1)
-        return [float(y / (y + n_)) if y + n_ > 0 else 0.5 for y, n_ in zip(yes, no)]
+    def probe_rows(self, rows: Sequence[tuple[Context, str]]) -> list[float]:
+        """`probe` of each (context, question), contexts of different streams, in one batched forward."""
+        return batching.probe_rows(self, rows)
 
     # ---- internals --------------------------------------------------------------------------------------
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, past: Context | None,
                  cache: DynamicCache | None = None, use_cache: bool = True, spare: int | None = None,
-                 **vision) -> tuple[torch.Tensor, DynamicCache]:
+                 mask: torch.Tensor | None = None, **vision) -> tuple[torch.Tensor, DynamicCache]:
         """Logits of the last position and the cache after `ids`. Without `cache`, one is made from `past`: its K/V
         copied once into buffers with room for `spare` more tokens (default: these ids), which this forward and
-        later ones on the returned cache fill in place."""
+        later ones on the returned cache fill in place. `mask`: a 2-D attention mask over the cache and the ids (a
+        batch with padding)."""
         if cache is None and use_cache:
             cache = _cache(self.model.config, past, ids.shape[1] if spare is None else spare)
+        if mask is not None:
+            vision["attention_mask"] = mask.to(self.device)
         out = self.model(input_ids=ids.to(self.device), position_ids=positions.to(self.device), cache=cache,
                          use_cache=use_cache, logits_to_keep=1, **vision)
         return out.logits, cache

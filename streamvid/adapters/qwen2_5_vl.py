@@ -36,21 +36,34 @@ class QwenVLAdapter(ChatMLAdapter):
 
     def chunk_inputs(self, frames: Sequence[np.ndarray], seconds_per_chunk: float,
                      t_start_s: float = 0.0) -> ChunkInputs:
-        video = self.video_processor(videos=[np.stack(frames)], return_tensors="pt", do_sample_frames=False,
-                                     cap_pixels_per_frame=True)
-        grid = video["video_grid_thw"]  # (1, 3): temporal, height, width patches
+        return self.chunk_inputs_batch([(frames, seconds_per_chunk, t_start_s)])[0]
+
+    def chunk_inputs_batch(self, clips: Sequence[tuple[Sequence[np.ndarray], float, float]]) -> list[ChunkInputs]:
+        """Every clip through one video-processor call (clips of any size and frame count): each chunk's pixel rows
+        are its slice of the call's `pixel_values_videos` (the processor keeps the clips' order)."""
+        video = self.video_processor(videos=[np.stack(frames) for frames, _, _ in clips], return_tensors="pt",
+                                     do_sample_frames=False, cap_pixels_per_frame=True)
+        grids, pixels = video["video_grid_thw"], video["pixel_values_videos"]  # (n, 3): temporal, height, width
+        out, at = [], 0
+        for i, (frames, seconds_per_chunk, t_start_s) in enumerate(clips):
+            rows = int(grids[i].prod())
+            out.append(self._chunk(len(frames), seconds_per_chunk, t_start_s, grids[i:i + 1], pixels[at:at + rows]))
+            at += rows
+        return out
+
+    def _chunk(self, n_frames: int, seconds_per_chunk: float, t_start_s: float, grid: torch.Tensor,
+               pixels: torch.Tensor) -> ChunkInputs:
         merge = int(self.video_processor.merge_size)
         n_t = int(grid[0, 0])
         per_patch = int(grid[0, 1:].prod()) // (merge * merge)
-        seconds_per_frame = seconds_per_chunk / len(frames)
+        seconds_per_frame = seconds_per_chunk / n_frames
         ids = torch.tensor([self._chunk_token_ids(n_t, per_patch, t_start_s, seconds_per_frame)])
         types = (ids == self.video_pad_id).int() * 2
         positions, _ = self.model.model.get_rope_index(
             ids, mm_token_type_ids=types, video_grid_thw=grid,
             second_per_grid_ts=torch.tensor([seconds_per_frame * self.frames_per_chunk_multiple]),
         )
-        vision = {"pixel_values_videos": self._to_model(video["pixel_values_videos"]),
-                  "video_grid_thw": grid.to(self.device)}
+        vision = {"pixel_values_videos": self._to_model(pixels), "video_grid_thw": grid.to(self.device)}
         # the next segment starts after every position this chunk used
         grid_tokens = (n_t, int(grid[0, 1]) // merge, int(grid[0, 2]) // merge)  # merged tokens, raster order
         return ChunkInputs(ids, positions, int(positions.max()) + 1, vision, ids[0] == self.video_pad_id, grid_tokens)

@@ -8,18 +8,24 @@
   alerts are recorded), answered from exactly the frames up to that time.
 * `replay`: each benchmark's own protocol. Every question is answered on a fresh cache fed only its clip
   [t0, t] (t0 = 0, or t - protocol.context_window_s) through eval/replay.ClipSource, with the benchmark's prompt
-  template (eval/prompts.py); where the protocol keeps dialogue turns (SVBench chains), the questions asked at
-  one time share one clip and the dialogue. A question that carries a polling range (StreamingBench proactive
-  output) is polled once a second over the range with the benchmark's yes/no question, incrementally on one
-  pass over the clip from the question time (each poll sees exactly the frames from the question time to its
-  own, as the official per-poll clips do); the first "yes" (p(yes) >= 0.5) is the reply time, and the question
-  is then answered on the clip from the question time to the reply time and recorded as an alert. Proactive
-  questions without a polling rule run natively.
+  template (eval/prompts.py); where dialogue turns are kept (SVBench chains, and any episode whose protocol does
+  not set `dialogue_turns` 0 while the run keeps turns), the questions asked at one time share one clip and the
+  dialogue. A question that carries a polling range (StreamingBench proactive output) is polled once a second
+  over the range with the benchmark's yes/no question, incrementally on one pass over the clip from the question
+  time (each poll sees exactly the frames from the question time to its own, as the official per-poll clips do);
+  the first "yes" (p(yes) >= 0.5) is the reply time, and the question is then answered on the clip from the
+  question time to the reply time and recorded as an alert. Proactive questions without a polling rule run
+  natively.
 
-The trace (DIR/trace.jsonl) holds one JSON record per answer, probe and alert, and one "stats" record that
-closes each episode; `--resume` keeps the episodes closed in an existing trace and runs the rest. Reports are
-computed from the trace alone (eval/report.py), so `--from-trace` reproduces them without the model.
-Progress (episodes done, questions, elapsed, ETA) goes to stderr.
+Either mode runs with the settings `streamvid run` uses (its defaults and the same engine flags, dialogue turns
+included); an episode's `protocol` may set `dialogue_turns` and `decision_hz` for itself (eval/score.py,
+`episode_config`): converted benchmarks whose questions stand alone set `dialogue_turns` 0.
+
+The trace (DIR/trace.jsonl) opens with a "run" record (the run's settings, and every engine setting changed from
+EngineConfig's defaults), holds one JSON record per answer, probe and alert, and one "stats" record that closes
+each episode (with the protocol-settable values it ran with); `--resume` keeps the episodes closed in an existing
+trace and runs the rest. Reports are computed from the trace alone (eval/report.py), so `--from-trace`
+reproduces them without the model. Progress (episodes done, questions, elapsed, ETA) goes to stderr.
 
 `--ray [ADDRESS]` runs the episodes as Ray tasks on actors that each hold one loaded model (a GPU each when the
 device is CUDA), on the cluster at ADDRESS or on a local one; results are written in episode order, so the trace
@@ -28,6 +34,7 @@ and the report read as a local run's. Workers need streamvid installed and the v
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -37,7 +44,7 @@ from pathlib import Path
 from streamvid.config import BUNDLED_MODEL, EngineConfig
 from streamvid.eval import prompts
 from streamvid.eval.replay import ClipSource
-from streamvid.eval.score import load_all
+from streamvid.eval.score import episode_config, episode_settings, load_all
 
 MODES = ("native", "replay")
 _SUM_STATS = ("frames_in", "frames_dropped", "blocks_encoded", "questions_answered", "probes_run", "probes_skipped",
@@ -52,17 +59,12 @@ def _proactive_refs(ep: dict) -> set[str]:
     return {e["ref"] for e in ep["events"] if e["kind"] == "expected_response"}
 
 
-def _config_for(ep: dict, config: EngineConfig) -> EngineConfig:
-    proto = ep.get("protocol") or {}
-    return config.replace(dialogue_turns=int(proto.get("dialogue_turns") or 0),
-                          decision_hz=proto.get("decision_hz") or config.decision_hz)
-
-
 class _Runner:
     """Runs one episode on a loaded adapter; collects trace records and summed statistics."""
 
     def __init__(self, ep: dict, config: EngineConfig, adapter) -> None:
-        self.ep, self.config, self.adapter = ep, _config_for(ep, config), adapter
+        # the run's settings (`streamvid run`'s, dialogue turns included) unless the episode's protocol sets them
+        self.ep, self.config, self.adapter = ep, episode_config(ep, config), adapter
         self.records: list[dict] = []
         self.stats: dict = {k: 0 for k in _SUM_STATS} | {"encode_s": 0.0, "stream_s": 0.0, "wall_s": 0.0,
                                                           "peak_memory_mb": 0.0, "runs": 0, "polls": 0}
@@ -192,7 +194,8 @@ def run_episode(ep: dict, config: EngineConfig, adapter, mode: str) -> list[dict
         runner.replay()
     st = runner.stats
     return [*runner.records, {"episode_id": ep["episode_id"], "event_id": None, "type": "stats", "mode": mode,
-                              **{k: (round(v, 3) if isinstance(v, float) else v) for k, v in st.items()}}]
+                              **{k: (round(v, 3) if isinstance(v, float) else v) for k, v in st.items()},
+                              **episode_settings(runner.config)}]
 
 
 def read_trace(path: str | Path) -> tuple[list[dict], set[str]]:
@@ -281,6 +284,12 @@ def _run_ray(todo: list[dict], config: EngineConfig, mode: str, address: str, wo
             ray.shutdown()
 
 
+def changed_from_defaults(config: EngineConfig) -> dict:
+    """Every engine setting of the run that is not EngineConfig's default (the model is named on its own)."""
+    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
+            if f.name != "model" and getattr(config, f.name) != f.default}
+
+
 def run_all(episodes: list[dict], config: EngineConfig, trace_path: str | Path, mode: str = "native",
             resume: bool = False, progress: Callable[..., None] | None = _progress, ray: str | None = None,
             ray_workers: int | None = None) -> None:
@@ -289,7 +298,8 @@ def run_all(episodes: list[dict], config: EngineConfig, trace_path: str | Path, 
     trace_path = Path(trace_path)
     model = "bundled streamvid-tiny" if config.model == str(BUNDLED_MODEL) else config.model
     run_header = {"episode_id": None, "event_id": None, "type": "run", "mode": mode, "model": model,
-                  "fps": config.fps, "window_tokens": config.window_tokens, "memory_top_k": config.memory_top_k}
+                  "fps": config.fps, "window_tokens": config.window_tokens, "memory_top_k": config.memory_top_k,
+                  **episode_settings(config), "changed_from_defaults": changed_from_defaults(config)}
     kept, done = [], set()
     if resume and trace_path.is_file():
         records, done = read_trace(trace_path)

@@ -15,7 +15,11 @@ same report as the run that wrote the trace. report.json holds:
 * "system": TTFT p50/p90, ingest frames per second, real-time factor (wall seconds per stream second), frames
   dropped, peak memory;
 * "judge" and "judged": with `--judge MODEL` (eval/judge.py), the judge model and the judged accuracy of the
-  open-ended answers per task; without one, "judge" says that only substring/exact matching was used.
+  open-ended answers per task; without one, "judge" says that only substring/exact matching was used;
+* "run": the run's settings from the trace's "run" record (mode, model, fps, window_tokens, memory_top_k,
+  dialogue_turns, decision_hz), "changed_from_defaults" (every engine setting not at EngineConfig's default) and
+  "protocol_overrides" (settings that episodes' protocols changed for themselves, e.g. {"dialogue_turns":
+  {"0": 12}}: 12 episodes ran without earlier turns); report.md prints them above the tables.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from pathlib import Path
 
 from streamvid.eval import timeliness
 from streamvid.eval.metrics import mc_lenient, mc_official, mc_strict, score
-from streamvid.eval.score import score_trace
+from streamvid.eval.score import protocol_overrides, score_trace
 
 JUDGE_NOTE = ("no LLM judge: open-ended answers are scored by substring/exact matching only (the benchmarks' "
               "GPT judges and ProactiveVideoQA's PAUC are not reproduced)")
@@ -124,6 +128,9 @@ def build_report(episodes: list[dict], trace_path: str | Path) -> dict:
     run = next((r for r in records if r.get("type") == "run"), None)
     if run is not None:
         report["run"] = {k: v for k, v in run.items() if k not in ("episode_id", "event_id", "type")}
+        overrides = protocol_overrides(records, run)
+        if overrides:
+            report["run"]["protocol_overrides"] = overrides
     return report
 
 
@@ -192,7 +199,15 @@ def markdown(report: dict) -> str:
     lines = ["# streamvid score report", ""]
     run = report.get("run") or {}
     if run:
-        lines += [", ".join(f"{k}: {v}" for k, v in run.items()), ""]
+        plain = {k: v for k, v in run.items() if k not in ("changed_from_defaults", "protocol_overrides")}
+        lines += [", ".join(f"{k}: {v}" for k, v in plain.items()), ""]
+        if run.get("changed_from_defaults"):
+            lines += ["Changed from the engine defaults: "
+                      + ", ".join(f"{k} {v}" for k, v in run["changed_from_defaults"].items()) + ".", ""]
+        if run.get("protocol_overrides"):
+            lines += ["Set by the episodes' protocols: " + "; ".join(
+                f"{k} {value} in {n} episode{'s' if n != 1 else ''}"
+                for k, values in run["protocol_overrides"].items() for value, n in values.items()) + ".", ""]
     lines += ["| task | n | correct | accuracy |", "|---|---:|---:|---:|"]
     lines += [f"| {t} | {v['n']} | {v['correct']} | {_f(v['accuracy'])} |" for t, v in report["tasks"].items()]
     lines += [f"| **overall** | {report['n']} | | {_f(report['overall'])} |", ""]

@@ -9,6 +9,10 @@ re-scored without the model.
 
 Runs are native and in one pass: every question is asked at its time, a "tell me when" question becomes a trigger
 (acknowledged at once, recorded as an answer) and its alerts are recorded with the question's event id.
+
+Every episode runs with the engine settings `streamvid run` uses (the config given, dialogue turns included),
+except what the episode's `protocol` sets for itself (`episode_config`, `PROTOCOL_SETTINGS`): a benchmark whose
+questions stand alone writes `"dialogue_turns": 0` into its converted episodes (eval/convert/).
 """
 
 from __future__ import annotations
@@ -23,6 +27,42 @@ from streamvid.eval.metrics import score
 from streamvid.eval.recall import retrieval_recall
 
 SCHEMA = "stream-episode/1"
+# engine settings an episode's `protocol` may set for its own run; everything else is the run's config
+PROTOCOL_SETTINGS = ("dialogue_turns", "decision_hz")
+
+
+def episode_config(ep: dict, config: EngineConfig) -> EngineConfig:
+    """The settings one episode is run with: the run's config (as `streamvid run` uses it, `--dialogue-turns`
+    included), with the values its `protocol` sets in PROTOCOL_SETTINGS (absent or null: the run's). A value
+    the engine refuses is a ValueError naming the episode."""
+    proto = ep.get("protocol") or {}
+    changes = {k: proto[k] for k in PROTOCOL_SETTINGS if proto.get(k) is not None}
+    if not changes:
+        return config
+    try:
+        return config.replace(**changes)
+    except ValueError as e:
+        raise ValueError(f"episode {ep.get('episode_id')!r}: protocol: {e}") from None
+
+
+def episode_settings(config: EngineConfig) -> dict:
+    """The protocol-settable values an episode ran with, as its trace's "stats" record holds them."""
+    return {k: getattr(config, k) for k in PROTOCOL_SETTINGS}
+
+
+def protocol_overrides(records: list[dict], run: dict) -> dict:
+    """Settings that episodes' protocols changed from the run's: {setting: {value (JSON text): episodes}}, from
+    the "stats" records of a trace (each holds its episode's settings) and the run's settings `run`. Traces
+    written before the stats records held them give nothing."""
+    out: dict[str, dict[str, int]] = {}
+    for rec in records:
+        if rec.get("type") != "stats":
+            continue
+        for k in PROTOCOL_SETTINGS:
+            if k in rec and k in run and rec[k] != run[k]:
+                value = json.dumps(rec[k])
+                out.setdefault(k, {})[value] = out.get(k, {}).get(value, 0) + 1
+    return out
 
 
 def load_episodes(path: str | Path) -> list[dict]:
@@ -39,7 +79,8 @@ def load_episodes(path: str | Path) -> list[dict]:
         except json.JSONDecodeError as e:
             raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
         if not isinstance(ep, dict) or ep.get("schema") != SCHEMA:
-            raise ValueError(f"{path}:{n}: expected schema {SCHEMA!r}, got {ep.get('schema') if isinstance(ep, dict) else ep!r}")
+            got = ep.get("schema") if isinstance(ep, dict) else ep
+            raise ValueError(f"{path}:{n}: expected schema {SCHEMA!r}, got {got!r}")
         for key in ("episode_id", "video", "events"):
             if key not in ep:
                 raise ValueError(f"{path}:{n}: missing key {key!r}")
@@ -56,6 +97,12 @@ def load_episodes(path: str | Path) -> list[dict]:
             if "t" in e and (isinstance(e["t"], bool) or not isinstance(e["t"], (int, float))
                              or not 0 <= e["t"] < float("inf")):
                 raise ValueError(f"{path}:{n}: event t must be seconds >= 0, got {str(e['t'])[:80]}")
+        proto = ep.get("protocol")
+        if proto is not None and not isinstance(proto, dict):
+            raise ValueError(f"{path}:{n}: protocol must be an object, got {str(proto)[:80]}")
+        turns = (proto or {}).get("dialogue_turns")
+        if turns is not None and (isinstance(turns, bool) or not isinstance(turns, int) or turns < 0):
+            raise ValueError(f"{path}:{n}: protocol.dialogue_turns must be a whole number >= 0, got {str(turns)[:80]}")
         ids = {e.get("id") for e in ep["events"]}
         for e in ep["events"]:
             need = {"user_query": ("id", "t", "text"), "probe": ("id", "t", "text", "gold"),
@@ -76,7 +123,8 @@ def _work(ep: dict) -> tuple[list[tuple[float, str]], list[tuple[float, str]], l
     """Questions and probes to run, and the events they answer (in run order)."""
     queries = [e for e in ep["events"] if e["kind"] == "user_query"]
     probes = [e for e in ep["events"] if e["kind"] == "probe"]
-    order = sorted([(e["t"], 0, i, e) for i, e in enumerate(queries)] + [(e["t"], 1, i, e) for i, e in enumerate(probes)],
+    order = sorted([(e["t"], 0, i, e) for i, e in enumerate(queries)]
+                   + [(e["t"], 1, i, e) for i, e in enumerate(probes)],
                    key=lambda x: x[0])
     return ([(e["t"], _question_text(e)) for e in queries], [(e["t"], e["text"]) for e in probes],
             [e for *_, e in order])
@@ -93,15 +141,14 @@ def run_episodes(episodes: list[dict], config: EngineConfig, trace_path: str | P
     from streamvid.sources import FileSource
 
     adapter = adapter_for(config)
-    config = config.replace(dialogue_turns=0)  # benchmark questions stand alone
     with open(trace_path, "w") as trace:
         for ep in episodes:
             questions, probes, events = _work(ep)
             video = ep["video"]
             source = FileSource(video["path"], fps=config.fps, t_start_s=video.get("t_start") or 0.0,
                                 t_end_s=video.get("t_end"), size=config.frame_px)
-            hz = (ep.get("protocol") or {}).get("decision_hz")
-            with StreamingAssistant(config.replace(decision_hz=hz or config.decision_hz), adapter=adapter) as sa:
+            ep_config = episode_config(ep, config)  # run's settings, dialogue included, unless the protocol says
+            with StreamingAssistant(ep_config, adapter=adapter) as sa:
                 outputs = sa.run_simulated(source, questions, probes)
                 stats = sa.reasoning.stats()
             replies = [out for out in outputs if out.kind in ("answer", "probe")]
@@ -114,7 +161,8 @@ def run_episodes(episodes: list[dict], config: EngineConfig, trace_path: str | P
                 if out.kind in ("answer", "probe", "alert"):
                     trace.write(json.dumps({"episode_id": ep["episode_id"], "event_id": event_of.get(out.id, out.id),
                                             **out.to_json()}) + "\n")
-            trace.write(json.dumps({"episode_id": ep["episode_id"], "event_id": None, "type": "stats", **stats}) + "\n")
+            trace.write(json.dumps({"episode_id": ep["episode_id"], "event_id": None, "type": "stats", **stats,
+                                    **episode_settings(ep_config)}) + "\n")
 
 
 def score_trace(episodes: list[dict], trace_path: str | Path) -> dict:
@@ -192,7 +240,10 @@ def score_files(paths: list[str | Path], config: EngineConfig, out_dir: str | Pa
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     run_episodes(episodes, config, out / "trace.jsonl")
+    records = [json.loads(line) for line in (out / "trace.jsonl").read_text().splitlines() if line.strip()]
     report = {"episodes": [str(p) for p in paths], "model": config.model, "memory_top_k": config.memory_top_k,
-              "window_tokens": config.window_tokens, **score_trace(episodes, out / "trace.jsonl")}
+              "window_tokens": config.window_tokens, "dialogue_turns": config.dialogue_turns,
+              "protocol_overrides": protocol_overrides(records, episode_settings(config)),
+              **score_trace(episodes, out / "trace.jsonl")}
     (out / "report.json").write_text(json.dumps(report, indent=1))
     return report

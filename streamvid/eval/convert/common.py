@@ -208,7 +208,11 @@ def episode_id(benchmark: str, key: str) -> str:
 
 @dataclass
 class EpisodeBuilder:
-    """Collects the events of one video's episode; ids are q0, a0, r0, c0, ... in insertion order."""
+    """Collects the events of one video's episode; ids are q0, a0, r0, c0, ... in insertion order.
+
+    `protocol` may set `dialogue_turns`: 0 where the benchmark asks every question on its own (OVO-Bench,
+    StreamingBench, RVS), a number where it keeps a dialogue (SVBench chains); without it the scorer uses the
+    run's setting (`--dialogue-turns`, as `streamvid run` does; eval/score.episode_config)."""
 
     benchmark: str
     key: str

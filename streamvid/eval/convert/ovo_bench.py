@@ -31,6 +31,10 @@ here a question at `realtime` sees frames up to `realtime` exactly (at most one 
 Scores: per task the mean over its questions (forward: over probes), per category the mean of its tasks, and
 overall the mean of the three categories (`OVOBenchOfflineScore.score`).
 
+Dialogue: OVO asks every question, and every forward probe, in a prompt of its own on its own clip
+(`OVOBenchOffline.eval`: one `inference(clip, prompt)` per question, no earlier question or answer in it), so
+each episode's `protocol.dialogue_turns` is 0: the scorer keeps no earlier turns for these questions.
+
 Episodes: one per source video, holding every question on it (`video.path` = --videos / `video`).
 """
 
@@ -66,7 +70,8 @@ def convert(files: list[str | Path], videos_dir: str | Path) -> list[dict]:
     episodes = []
     for video, items in group(keyed).items():
         ep = EpisodeBuilder("ovo-bench", video, video_under(videos_dir, video), task="mixed",
-                            protocol={"context": "prefix", "context_window_s": None, "decision_hz": None})
+                            protocol={"context": "prefix", "context_window_s": None, "decision_hz": None,
+                                      "dialogue_turns": 0})  # each question asked on its own
         for rec in items:
             _events(ep, rec)
         ep.orig_id = sorted(rec.data["id"] for rec in items)

@@ -21,6 +21,10 @@ The benchmark's own metric, PAUC (an LLM judge scores each reply's content again
 needs a judge model and is not reproduced. `category` is the subset (from the folder holding anno.json, or
 the file name), `task` "proactive".
 
+Dialogue: `protocol.dialogue_turns` is not set (the run's setting applies). Each episode holds one question, so
+there is no earlier question of the episode to keep or to leave out, and the benchmark is a conversation (the
+question, subtitles and the model's replies as turns), not a list of questions asked on their own.
+
 Episodes: one per question (`question_id`), `video.path` = --videos / `video`, `t_end` = `duration`.
 """
 

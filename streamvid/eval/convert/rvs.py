@@ -21,6 +21,10 @@ Sources read:
 Both: open-ended answers, officially judged by GPT-3.5 (yes/no and a 0-5 score). Without a judge the report
 gives substring matching of the gold answer only and says so.
 
+Dialogue: both packagings ask every question in a prompt of its own (ReKV: `get_prompt(question)` per question
+after the video is encoded up to its time; Flash-VStream: one call per question record), without earlier
+questions or answers, so each episode's `protocol.dialogue_turns` is 0: the scorer keeps no earlier turns.
+
 Episodes: one per clip (`video_id`), `video.path` = --videos / `<video_id>.mp4` (ReKV: the file name of
 `video_path`); each question is a `user_query` at `end_time` with `evidence` [start_time, end_time], and an
 `expected_answer` {"text": answer} scored "substring". `category` is rvs-ego or rvs-movie (from the file name:
@@ -34,6 +38,8 @@ from pathlib import Path, PurePosixPath
 from .common import ConvertError, EpisodeBuilder, Record, read_json, records, video_under
 
 PROMPT = "rvs"
+# each question asked on its own (see "Dialogue" above): no earlier turns
+PROTOCOL = {"context": "prefix", "context_window_s": None, "decision_hz": None, "dialogue_turns": 0}
 
 
 def convert(files: list[str | Path], videos_dir: str | Path) -> list[dict]:
@@ -93,7 +99,8 @@ def _rekv_video(rec: Record, category: str, videos_dir) -> dict:
     vid = str(rec.get("video_id", (str, int)))
     path = rec.text("video_path", optional=True)
     file_name = PurePosixPath(path).name if path else f"{vid}.mp4"
-    ep = EpisodeBuilder("rvs", f"{category}/{vid}", video_under(videos_dir, file_name), orig_id=vid, task=category)
+    ep = EpisodeBuilder("rvs", f"{category}/{vid}", video_under(videos_dir, file_name), orig_id=vid, task=category,
+                        protocol=dict(PROTOCOL))
     convs = rec.items("conversations", min_len=1)
     for i in range(len(convs)):
         c = rec.child("conversations", i)
@@ -118,7 +125,7 @@ def _flash(recs: list[Record], category: str, videos_dir, clip_index: dict[str, 
     episodes = []
     for vid, items in by_clip.items():
         ep = EpisodeBuilder("rvs", f"{category}/{vid}", video_under(videos_dir, f"{vid}.mp4"), orig_id=vid,
-                            task=category)
+                            task=category, protocol=dict(PROTOCOL))
         spans = []
         for rec in items:
             for key in ("start_time", "end_time"):

@@ -41,6 +41,11 @@ Options are kept as published, blemishes included (some omni questions have empt
 more than four); the prompt shows the first four entries as the official template does, and such questions
 are listed in `meta.warnings`.
 
+Dialogue: every subset asks each question in a prompt of its own (one model call per question on its clip);
+the sqa history is the earlier questions with their GOLD answers, written into the prompt by the template (the
+`context` events), not the model's own earlier answers. So each episode's `protocol.dialogue_turns` is 0: the
+scorer keeps no earlier turns of its own.
+
 Episodes: one per `video_path` (for sqa, one per video sequence); `video.path` = --videos / the file name of
 `video_path` (the files use "./videos/<name>.mp4"). `category` is the subset (real, omni, sqa, proactive)
 and `task` the `task_type`.
@@ -119,7 +124,8 @@ def _add_video(episodes: dict[str, EpisodeBuilder], segments: list[Record], subs
     if key in episodes:
         raise segments[0].fail("video_path", f"video {video_path!r} appears twice in the {subset} subset")
     ep = EpisodeBuilder("streamingbench", key, video_under(videos_dir, file_name), task=subset,
-                        protocol={"context": "prefix", "context_window_s": None, "decision_hz": None})
+                        protocol={"context": "prefix", "context_window_s": None, "decision_hz": None,
+                                  "dialogue_turns": 0})  # each question asked on its own (sqa: gold history)
     ep.orig_id = video_path
     categories = sorted({s.data["video_categories"] for s in segments
                          if isinstance(s.data.get("video_categories"), str)})

@@ -1,0 +1,236 @@
+"""Stream: one video stream on an engine: its window, long-term memory, triggers, dialogue, clock and queues.
+
+An `Engine` (engine.py) holds the model and any number of streams; its one scheduler takes work from every stream
+and runs it batched. A stream is what a caller feeds and asks:
+
+    stream.insert(frame)         # frames in (waits while the stream's bounded inbox is full)
+    stream.ask(question)         # on the bounded questions queue
+    stream.finish()              # no more frames: the last chunk is encoded, short
+    stream.outputs               # answers, tokens, alerts, remarks, status: a queue
+
+and what the scheduler steps, through the methods in the "scheduler" section below: frames from the inbox into
+chunks (`take_frames`), the oldest chunk's encode jobs and their results (`ingest.jobs`, `ingest.commit`), the
+next question (`next_question`), trigger probes and narration (`reasoning`), the answer or look being decoded
+(`decoding`).
+
+Thread contract: `insert`, `finish`, `ask`, `put`, `watch`, `schedule`, `unwatch`, `close` and the properties from
+any thread; the scheduler section from the engine's scheduler thread only (or the caller's thread when it steps
+the engine itself, as a replay does). `on_work` (set by the engine) is called after anything that gives the scheduler work.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+import torch
+
+from streamvid import user_text
+from streamvid.adapters.base import VideoLLMAdapter
+from streamvid.budget import window_tokens_for
+from streamvid.config import EngineConfig
+from streamvid.embedders import Embedder
+from streamvid.future import parse_request, probe_for
+from streamvid.ingest import Ingest
+from streamvid.kv_window import Block, KVWindow, WindowSnapshot
+from streamvid.memory import LongTermMemory
+from streamvid.proactive import FiringRule
+from streamvid.reasoning import Answering, Reasoning, Trigger
+from streamvid.types import Frame, Output, Question
+
+
+class BusyError(RuntimeError):
+    """The questions queue is full: the assistant is still working on earlier questions."""
+
+
+class Decoding:
+    """What a stream is decoding: an answer (`answering` set) or a narration look, with its adapter decoding."""
+
+    def __init__(self, decoding, answering: Answering | None = None):
+        self.decoding = decoding  # the adapter's (adapter.start_decoding)
+        self.answering = answering
+        self.pieces: list[str] = []
+        self.ttft_s: float | None = None
+
+
+class Stream:
+    def __init__(self, config: EngineConfig, adapter: VideoLLMAdapter, embedder: Embedder, sinks: Block,
+                 stream_id: str = "s0"):
+        self.id = stream_id
+        self.config = config
+        self.adapter = adapter
+        self.embedder = embedder
+        if config.window_tokens is None and config.window_mb is None:
+            self.window = KVWindow(sinks, budget_s=config.window_s)
+        else:
+            self.window = KVWindow(sinks, window_tokens_for(config, adapter.kv_shape))
+        self.memory = None
+        if config.memory_top_k > 0:
+            self.memory = LongTermMemory(embedder.dim, config.memory_ram_mb, config.memory_disk_mb,
+                                         config.memory_dir, kv=config.memory_kv, keep=config.memory_keep)
+        self.ingest = Ingest(config, adapter, self.window, self.memory, embedder)
+        self.reasoning = Reasoning(config, adapter, self.window, self.memory, embedder)
+        self.outputs: queue.Queue[Output] = queue.Queue()
+        self.on_work: Callable[[], None] = lambda: None
+        self.decoding: Decoding | None = None  # the answer or narration look being decoded (scheduler's)
+        self._lock = threading.Condition()  # guards the inbox, the questions, and the flags below
+        self._inbox: deque[Frame] = deque()
+        self._inbox_size = 2 * config.frames_per_chunk  # frames not yet taken into chunks (one chunk ahead)
+        self._questions: deque[tuple[Question, WindowSnapshot | None]] = deque()
+        self._scheduled: list[tuple[float, str, bool]] = []  # (stream time, text, is a watch), by time
+        self._finishing = False  # no more frames will come
+        self.ended = threading.Event()  # every frame of a finished input is encoded (or the stream closed/failed)
+        self.closed = False
+        self.error: BaseException | None = None
+        self._ids = itertools.count()
+        self._watch_ids = itertools.count()
+        self.last_frame_s = time.monotonic()  # wall clock of the last frame in (idle release)
+        self.released = False  # the window's KV is in host memory until the next frame or question (release)
+        self.releases = 0
+
+    # ---- the caller's side ------------------------------------------------------------------------------
+    def insert(self, frame: Frame, timeout_s: float | None = None) -> bool:
+        """Hand one frame to the stream. Waits while the inbox is full (the engine is behind): up to `timeout_s`
+        (None: until there is room or the stream closes). False if the frame was not taken."""
+        with self._lock:
+            if not self._lock.wait_for(lambda: len(self._inbox) < self._inbox_size or self.closed, timeout_s):
+                return False
+            if self.closed or self._finishing:
+                return False
+            self._inbox.append(frame)
+            self.last_frame_s = time.monotonic()
+        self.on_work()
+        return True
+
+    def finish(self) -> None:
+        """No more frames: the unfinished chunk is encoded (short) once the inbox is drained, then `ended` is set."""
+        with self._lock:
+            self._finishing = True
+        self.on_work()
+
+    def ask(self, text: str, t_s: float | None = None, dialogue: list[tuple[str, str]] | None = None) -> str:
+        """Queue a question about the stream at `t_s` (default: its newest frame); returns its id ("q0", ...).
+        `dialogue`: earlier (question, answer) turns to answer with instead of the stream's own (the last
+        dialogue_turns of them). Raises BusyError when the queue is full, ValueError for bad text."""
+        text = user_text.clean(text)  # ValueError: not text, empty, or too long
+        turns = None if dialogue is None else tuple(
+            (user_text.clean(q), user_text.clean(a, "answer") if str(a).strip() else "") for q, a in dialogue)
+        return self.put(text, self.ingest.latest_t_s if t_s is None else t_s, dialogue=turns)
+
+    def put(self, text: str, t_s: float, snapshot: WindowSnapshot | None = None,
+            dialogue: tuple[tuple[str, str], ...] | None = None) -> str:
+        """Queue a question as given (a replay's benchmark prompt, taken verbatim); `snapshot`: answer on these
+        window blocks instead of the window when the answer starts (a replay's window plus its unfinished chunk).
+        Returns its id; BusyError when the queue is full."""
+        with self._lock:
+            if len(self._questions) >= self.config.question_queue_size:
+                raise BusyError(f"busy: {self.config.question_queue_size} questions are waiting; ask again shortly")
+            qid = f"q{next(self._ids)}"
+            self._questions.append((Question(qid, text, t_s, dialogue=dialogue), snapshot))
+        self.on_work()
+        return qid
+
+    def watch(self, condition: str, t_s: float | None = None, **thresholds) -> str:
+        """Start a standing trigger (see StreamingAssistant.watch); returns its id ("w0", "w1", ...)."""
+        condition = user_text.clean(condition, "condition")
+        probe = probe_for(condition)  # raises ValueError for an empty condition
+        request = parse_request(condition)
+        rule = FiringRule(self.config.trigger_thresholds().replace(**thresholds))
+        trigger_id = f"w{next(self._watch_ids)}"
+        phrase = request.condition if request is not None else " ".join(condition.split()).rstrip(".!")
+        t_s = self.ingest.latest_t_s if t_s is None else t_s
+        self.reasoning.triggers.add(Trigger(trigger_id, phrase, probe, rule, once=False, created_t_s=t_s))
+        self.on_work()
+        return trigger_id
+
+    def schedule(self, t_s: float, text: str, watch: bool = False) -> None:
+        """Ask `text` (or, with `watch`, start watching it) once the stream reaches time `t_s` (or its input ends);
+        a question waits for room on the questions queue. ValueError for bad text, at once."""
+        text = user_text.clean(text, "condition" if watch else "question")
+        with self._lock:
+            self._scheduled.append((t_s, text, watch))
+            self._scheduled.sort(key=lambda item: item[0])
+        self.on_work()
+
+    def unwatch(self, trigger_id: str) -> bool:
+        return self.reasoning.triggers.remove(trigger_id)
+
+    @property
+    def questions_waiting(self) -> int:
+        with self._lock:
+            return len(self._questions)
+
+    def close(self, error: BaseException | None = None) -> None:
+        """Stop taking frames and questions; the engine drops the stream at its next step. `error`: why it
+        failed (re-raised to the stream's caller)."""
+        with self._lock:
+            if error is not None and self.error is None:
+                self.error = error
+            self.closed = True
+            self._lock.notify_all()
+        self.ended.set()
+        self.on_work()
+
+    # ---- the scheduler's side ---------------------------------------------------------------------------
+    def take_frames(self) -> None:
+        """Frames from the inbox into chunks, up to one complete chunk waiting for its forward; at the end of a
+        finished input, the short chunk; `ended` once all of it is encoded."""
+        with self._lock:
+            while self._inbox and not self.ingest.chunks_waiting:
+                self.ingest.push(self._inbox.popleft())
+            drained = not self._inbox
+            self._lock.notify_all()
+            finishing = self._finishing
+        if finishing and drained:
+            self.ingest.flush()
+            if not self.ingest.chunks_waiting and not self.ended.is_set():
+                self.ended.set()
+        self._release(everything=finishing and drained)
+
+    def _release(self, everything: bool) -> None:
+        """Scheduled questions and watches whose time has come."""
+        now = self.ingest.latest_t_s
+        while True:
+            with self._lock:
+                if not self._scheduled or not (everything or self._scheduled[0][0] <= now):
+                    return
+                t_s, text, watch = self._scheduled[0]
+                if not watch and len(self._questions) >= self.config.question_queue_size:
+                    return
+                self._scheduled.pop(0)
+            if watch:
+                self.watch(text, t_s)
+            else:
+                self.ask(text, min(t_s, now))
+
+    def next_question(self) -> tuple[Question, WindowSnapshot | None] | None:
+        with self._lock:
+            return self._questions.popleft() if self._questions else None
+
+    @property
+    def idle(self) -> bool:
+        """Nothing to do for the scheduler: no frames, chunk, question, decoding or decision round waiting."""
+        with self._lock:
+            waiting = bool(self._inbox or self._questions) or (self._finishing and not self.ended.is_set())
+        return not (waiting or self.ingest.chunks_waiting or self.decoding is not None or self.reasoning.deciding)
+
+    def release(self) -> None:
+        """An idle stream's window KV to host memory and its window buffer freed (scheduler's; see Engine)."""
+        host = [torch.device("cpu")] * len(self.window.snapshot().sinks.keys)
+        self.window.map(lambda b: b.to(host))
+        self.ingest.release_buffer()
+        self.released = True
+        self.releases += 1
+
+    def restore(self) -> None:
+        """The window's KV back on the devices of the sinks' layers, before the stream's next work."""
+        devices = [k.device for k in self.window.snapshot().sinks.keys]
+        self.window.map(lambda b: b.to(devices))
+        self.released = False
+
+    def emit(self, out: Output) -> None:
+        self.outputs.put(out)
