@@ -42,7 +42,7 @@ from streamvid.engine import Engine
 from streamvid.memory import LongTermMemory
 from streamvid.reasoning import Reasoning
 from streamvid.stream import BusyError
-from streamvid.types import Frame, Output, Question
+from streamvid.types import Frame, Output, Question, Status
 
 __all__ = ["BusyError", "StreamingAssistant"]
 
@@ -420,8 +420,7 @@ class StreamingAssistant:
     def _source_status(self, event: str, t_s: float, info: dict) -> None:
         """On the source's reader thread: {"type": "status", "event": "source_lost" | "source_back", "t_s", ...}
         on the outputs queue, t_s on the session's clock."""
-        self._outputs.put(Output("status", "", "", {"event": event, "t_s": round(t_s + self.ingest.t_offset_s, 3),
-                                                    **info}))
+        self._outputs.put(Status(event, round(t_s + self.ingest.t_offset_s, 3), info))
 
     def _raise_error(self) -> None:
         error = self.stream.error

@@ -218,11 +218,11 @@ def _interference(adapter, cfg: BenchConfig, frames: list[np.ndarray], log) -> d
                     pass
                 next_ask += 1.0
             for out in sa.outputs(timeout_s=0.05):
-                if out.kind == "answer" and out.data.get("ttft_ms") is not None:
-                    ttfts.append(out.data["ttft_ms"])
+                if out.kind == "answer" and out.ttft_ms is not None:
+                    ttfts.append(out.ttft_ms)
         for out in sa.outputs(timeout_s=2.0):
-            if out.kind == "answer" and out.data.get("ttft_ms") is not None:
-                ttfts.append(out.data["ttft_ms"])
+            if out.kind == "answer" and out.ttft_ms is not None:
+                ttfts.append(out.ttft_ms)
         stats = sa.ingest.stats()
     result = {"stream_s": cfg.interference_s, "fps": cfg.fps, "questions_asked": asked, "answers": len(ttfts),
               "frames_in": stats["frames_in"], "frames_dropped": stats["frames_dropped"],

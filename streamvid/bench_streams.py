@@ -88,7 +88,7 @@ def _real_time(adapter, config, cfg: StreamsConfig, n: int, frames: list[np.ndar
                 for out in sa.outputs(timeout_s=0.0):
                     if out.kind == "answer":
                         answers += 1
-                        ttfts.append(out.data["ttft_ms"])
+                        ttfts.append(out.ttft_ms)
             time.sleep(0.005)
         deadline = time.monotonic() + 30.0
         while answers < asked and time.monotonic() < deadline:
@@ -96,7 +96,7 @@ def _real_time(adapter, config, cfg: StreamsConfig, n: int, frames: list[np.ndar
                 for out in sa.outputs(timeout_s=0.01):
                     if out.kind == "answer":
                         answers += 1
-                        ttfts.append(out.data["ttft_ms"])
+                        ttfts.append(out.ttft_ms)
         stats = [sa.ingest_stats() for sa in assistants]
     finally:
         for sa in assistants:

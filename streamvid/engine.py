@@ -46,7 +46,7 @@ from streamvid.embedders import make_embedder
 from streamvid.kv_window import Block
 from streamvid.positions import concat
 from streamvid.stream import Decoding, Stream
-from streamvid.types import ChunkJob, Output, Question
+from streamvid.types import ChunkJob, Output, Question, Token
 
 log = logging.getLogger(__name__)
 
@@ -254,7 +254,7 @@ class Engine:
                 d.ttft_s = time.perf_counter() - d.answering.question.asked_s
             d.pieces.append(piece)
             if d.answering is not None and piece:
-                s.emit(Output("token", d.answering.question.id, piece))
+                s.emit(Token(d.answering.question.id, piece))
         if not d.decoding.done:
             return
         s.decoding = None

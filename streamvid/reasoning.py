@@ -33,7 +33,7 @@ from streamvid.memory import LongTermMemory
 from streamvid.positions import layout
 from streamvid.proactive import ChangeGate, FiringRule, NarrationPolicy
 from streamvid.scope import about_now
-from streamvid.types import Context, Output, Question
+from streamvid.types import Alert, Answer, Context, Narration, Output, ProbeResult, Question, Token
 
 _NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
                  "eight": 8, "nine": 9, "ten": 10, "fifteen": 15, "twenty": 20, "thirty": 30, "forty": 40,
@@ -209,10 +209,8 @@ class Reasoning:
             rule = FiringRule(self.config.trigger_thresholds())
             self.triggers.add(Trigger(q.id, request.condition, request.probe, rule, once=not request.repeat,
                                       created_t_s=q.t_s))
-            ack = Output("answer", q.id, acknowledgement(request), {
-                "question": q.text, "t_s": round(q.t_s, 3), "input_t_s": round(q.t_s - self.t_offset_s, 3),
-                "ttft_ms": round(1000 * (time.perf_counter() - q.asked_s), 1), "tokens": 0, "tokens_per_s": None,
-                "evidence_t_s": [], "retrieved_blocks": [], "trigger_id": q.id})
+            ack = Answer(q.id, acknowledgement(request), q.text, round(q.t_s, 3), round(q.t_s - self.t_offset_s, 3),
+                         round(1000 * (time.perf_counter() - q.asked_s), 1), 0, None, [], [], trigger_id=q.id)
             self.answered += 1
             if emit is not None:
                 emit(ack)
@@ -242,16 +240,11 @@ class Reasoning:
         if a.window and a.span_s is not None:
             spans.append(a.span_s)
         decode_s = elapsed - ttft
-        answer = Output("answer", q.id, text, {
-            "question": q.text,
-            "t_s": round(q.t_s, 3),
-            "input_t_s": round(q.t_s - self.t_offset_s, 3),
-            "ttft_ms": round(1000 * ttft, 1),
-            "tokens": len(pieces),
-            "tokens_per_s": round((len(pieces) - 1) / decode_s, 1) if len(pieces) > 1 and decode_s > 0 else None,
-            "evidence_t_s": [[round(x, 2), round(y, 2)] for x, y in spans],
-            "retrieved_blocks": [b.id for b in retrieved],
-        })
+        answer = Answer(
+            q.id, text, q.text, t_s=round(q.t_s, 3), input_t_s=round(q.t_s - self.t_offset_s, 3),
+            ttft_ms=round(1000 * ttft, 1), tokens=len(pieces),
+            tokens_per_s=round((len(pieces) - 1) / decode_s, 1) if len(pieces) > 1 and decode_s > 0 else None,
+            evidence_t_s=[[round(x, 2), round(y, 2)] for x, y in spans], retrieved_blocks=[b.id for b in retrieved])
         self.answered += 1
         if emit is not None:
             emit(answer)
@@ -270,7 +263,7 @@ class Reasoning:
                 ttft = time.perf_counter() - q.asked_s
             pieces.append(piece)
             if emit is not None and piece:
-                emit(Output("token", q.id, piece))
+                emit(Token(q.id, piece))
         return self.complete(a, pieces, ttft if pieces else None, emit)
 
     answer = handle
@@ -280,8 +273,7 @@ class Reasoning:
         snap = snap or self.window.snapshot()
         context = layout(snap.sinks, (), snap.blocks, self.adapter.positions)
         p_yes = self.adapter.probe(context, q.text)
-        return Output("probe", q.id, "yes" if p_yes >= 0.5 else "no",
-                      {"question": q.text, "t_s": round(q.t_s, 3), "p_yes": round(p_yes, 4)})
+        return ProbeResult(q.id, "yes" if p_yes >= 0.5 else "no", q.text, round(q.t_s, 3), round(p_yes, 4))
 
     # ---- speaking up ------------------------------------------------------------------------------------
     def probe_rows(self, emit: Emit, limit: int) -> list[tuple[Trigger, Context, str]]:
@@ -323,7 +315,7 @@ class Reasoning:
         r = self._looking
         if self.narration.offer(text, r.scene, r.t_s):
             self.remarks += 1
-            emit(Output("say", "", self.narration.last_text, {"t_s": round(r.t_s, 3)}))
+            emit(Narration(round(r.t_s, 3), self.narration.last_text))
 
     @property
     def deciding(self) -> bool:
@@ -388,9 +380,8 @@ class Reasoning:
         if tr.once:
             self.triggers.remove(tr.id)
         start = tr.streak_start_s if tr.streak_start_s is not None else r.block.t_start_s
-        emit(Output("alert", tr.id, tr.probe.statement, {
-            "condition": tr.condition, "t_s": round(r.t_s, 3), "score": round(score, 4),
-            "evidence_t_s": [[round(start, 2), round(r.block.t_end_s, 2)]]}))
+        emit(Alert(tr.id, tr.condition, round(r.t_s, 3), round(score, 4),
+                   [[round(start, 2), round(r.block.t_end_s, 2)]], tr.probe.statement))
 
     def stats(self) -> dict:
         return {"triggers_active": len(self.triggers), "probes_run": self.probes_run,

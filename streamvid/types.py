@@ -8,8 +8,9 @@ stored after RoPE at the positions the segment was encoded at.
 from __future__ import annotations
 
 import time
+import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
@@ -37,27 +38,108 @@ class Question:
     dialogue: tuple[tuple[str, str], ...] | None = None
 
 
-@dataclass(frozen=True)
 class Output:
-    """One item on the outputs queue.
+    """What a stream says, one kind per class below: `kind` names it, `to_json()` is its one serialisation (the
+    object `streamvid run` prints and the APIs send: {"type": kind, then the fields in order}), `data` its fields
+    besides id and text. `id` and `text` are "" for kinds without them."""
 
-    kind: "token" (a piece of an answer being streamed), "answer" (the finished answer), "probe", "status",
-    "alert" (a trigger fired; `id` is the trigger id) or "say" (a narration remark; no id).
-    """
-
-    kind: str
-    id: str
-    text: str
-    data: dict = field(default_factory=dict)
+    kind: ClassVar[str] = ""
+    _json_names: ClassVar[dict[str, str]] = {}  # field -> JSON key where they differ
+    _optional: ClassVar[tuple[str, ...]] = ()  # fields left out of the JSON while None
 
     def to_json(self) -> dict:
-        if self.kind == "alert":  # {"type", "trigger_id", "condition", "t_s", "score", "evidence_t_s", "text"}
-            return {"type": "alert", "trigger_id": self.id, **self.data, "text": self.text}
-        if self.kind == "say":  # {"type", "t_s", "text"}
-            return {"type": "say", **self.data, "text": self.text}
-        if self.kind == "status":  # {"type", "event", "t_s", ...}: e.g. a live source lost and back
-            return {"type": "status", **self.data}
-        return {"type": self.kind, "id": self.id, "text": self.text, **self.data}
+        out = {"type": self.kind}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.name == "info":  # a status event's own fields
+                out.update(value)
+            elif not (value is None and f.name in self._optional):
+                out[self._json_names.get(f.name, f.name)] = value
+        return out
+
+    def __getattr__(self, name: str):
+        if name in ("id", "text"):  # a kind without them
+            return ""
+        raise AttributeError(f"{type(self).__name__} has no {name!r}")
+
+    @property
+    def data(self) -> dict:
+        """The fields besides id and text, as in the JSON."""
+        return {k: v for k, v in self.to_json().items()
+                if k not in ("type", self._json_names.get("id", "id"), self._json_names.get("text", "text"))}
+
+
+@dataclass(frozen=True)
+class Token(Output):
+    """A piece of an answer being decoded (`id`: the question's)."""
+
+    kind: ClassVar[str] = "token"
+    id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Answer(Output):
+    """A finished answer, or the acknowledgement of a "tell me when" question (with `trigger_id`)."""
+
+    kind: ClassVar[str] = "answer"
+    _optional: ClassVar[tuple[str, ...]] = ("trigger_id",)
+    id: str
+    text: str
+    question: str
+    t_s: float  # stream time it was asked at (session clock)
+    input_t_s: float  # the same on the input's own clock
+    ttft_ms: float  # from the question's arrival to its first token
+    tokens: int
+    tokens_per_s: float | None
+    evidence_t_s: list  # [[start, end], ...] stream spans the answer was given from
+    retrieved_blocks: list  # ids of the long-term memory blocks in its context
+    trigger_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ProbeResult(Output):
+    """A yes/no probe's result (replays): p(yes) on the window."""
+
+    kind: ClassVar[str] = "probe"
+    id: str
+    text: str  # "yes" or "no"
+    question: str
+    t_s: float
+    p_yes: float
+
+
+@dataclass(frozen=True)
+class Alert(Output):
+    """A trigger fired (`id`: the trigger's id, "trigger_id" in the JSON; `text`: its statement)."""
+
+    kind: ClassVar[str] = "alert"
+    _json_names: ClassVar[dict[str, str]] = {"id": "trigger_id"}
+    id: str
+    condition: str
+    t_s: float
+    score: float
+    evidence_t_s: list
+    text: str
+
+
+@dataclass(frozen=True)
+class Narration(Output):
+    """A remark made without being asked ("say" in the JSON)."""
+
+    kind: ClassVar[str] = "say"
+    t_s: float
+    text: str
+
+
+@dataclass(frozen=True)
+class Status(Output):
+    """A status event: e.g. a live source lost and back ("source_lost", "source_back"), with its own fields."""
+
+    kind: ClassVar[str] = "status"
+    event: str
+    t_s: float
+    info: dict = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

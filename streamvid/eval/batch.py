@@ -121,7 +121,7 @@ class _Runner:
         event_of = {}
         for event, out in zip(events, replies, strict=True):
             expected = event["text"] if event["kind"] == "probe" else prompts.native_text(event)
-            if out.data["question"] != expected:
+            if out.question != expected:
                 raise RuntimeError(f"trace out of order at {self.ep['episode_id']}/{event['id']}")
             event_of[out.id] = event["id"]
         for out in outputs:
@@ -180,7 +180,7 @@ class _Runner:
         answer = self.answer_at(e, t, t0=e["t"])
         self.record(e["id"], {"type": "alert", "trigger_id": e["id"], "condition": e["text"], "t_s": t,
                               "score": fired.data.get("p_yes"), "evidence_t_s": [], "text": answer.text,
-                              "ttft_ms": answer.data.get("ttft_ms")})
+                              "ttft_ms": answer.ttft_ms})
 
 
 def run_episode(ep: dict, config: EngineConfig, adapter, mode: str) -> list[dict]:

@@ -55,7 +55,7 @@ def judge_trace(episodes: list[dict], trace_path: str | Path, config: EngineConf
     with StreamingAssistant(config.replace(memory_top_k=0, dialogue_turns=0)) as sa, open(trace_path, "a") as f:
         for (eid, qid), prompt in todo:
             out = sa.reasoning.probe(Question("judge", prompt, 0.0))  # no video: the window holds the sinks only
-            p = out.data["p_yes"]
+            p = out.p_yes
             f.write(json.dumps({"episode_id": eid, "event_id": qid, "type": "judge", "judge": name, "p_yes": p,
                                 "verdict": p >= 0.5}) + "\n")
     return len(todo)

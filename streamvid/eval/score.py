@@ -154,7 +154,7 @@ def run_episodes(episodes: list[dict], config: EngineConfig, trace_path: str | P
             replies = [out for out in outputs if out.kind in ("answer", "probe")]
             event_of = {}  # run question id -> episode event id
             for event, out in zip(events, replies, strict=True):
-                if out.data["question"] not in (event["text"], _question_text(event)):
+                if out.question not in (event["text"], _question_text(event)):
                     raise RuntimeError(f"trace out of order at {ep['episode_id']}/{event['id']}")
                 event_of[out.id] = event["id"]
             for out in outputs:
