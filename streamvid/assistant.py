@@ -345,8 +345,7 @@ class StreamingAssistant:
                     raise session_store.SnapshotError(
                         f"session {directory} is damaged: its long-term memory cannot be read ({e}); remove the "
                         f"folder to start a new session, or use another --session folder") from None
-                self.memory.close()
-                self.stream.memory = self.ingest.memory = self.reasoning.memory = memory
+                self.stream.replace_memory(memory)
         if (snap.sinks.n_tokens, snap.sinks.pos_span) != (now.n_tokens, now.pos_span):
             raise session_store.SnapshotError(
                 f"session {directory} was saved with a {snap.sinks.n_tokens}-token system prompt, this streamvid "

@@ -439,7 +439,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="an LLM judge (HF checkpoint directory or id) for the open-ended answers")
     sc.add_argument("--frame-px", type=int, default=None, help="resize frames to N x N first")
     sc.add_argument("--fps", type=float, default=d.fps)
-    sc.add_argument("--max-new-tokens", type=int, default=16)
+    sc.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
     add_engine_args(sc, d)
     sc.set_defaults(func=cmd_score)
 
@@ -499,6 +499,9 @@ def build_parser() -> argparse.ArgumentParser:
     mt.add_argument("--out", type=Path, required=True)
     mt.add_argument("--seed", type=int, default=0)
     mt.set_defaults(func=cmd_make_tiny)
+    from streamvid.serve.cli import register as _register_serve  # streamvid serve: the HTTP API (docs/api.md)
+
+    _register_serve(sub)
     for command in entry_points(group="streamvid.commands"):  # the applications' commands (demo), by name
         command.load()(sub)
     return p

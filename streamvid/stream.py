@@ -218,6 +218,12 @@ class Stream:
             waiting = bool(self._inbox or self._questions) or (self._finishing and not self.ended.is_set())
         return not (waiting or self.ingest.chunks_waiting or self.decoding is not None or self.reasoning.deciding)
 
+    def replace_memory(self, memory: LongTermMemory) -> None:
+        """Use `memory` (a restored session's) instead of the stream's own, which is closed. Before any frame."""
+        if self.memory is not None:
+            self.memory.close()
+        self.memory = self.ingest.memory = self.reasoning.memory = memory
+
     def release(self) -> None:
         """An idle stream's window KV to host memory and its window buffer freed (scheduler's; see Engine)."""
         host = [torch.device("cpu")] * len(self.window.snapshot().sinks.keys)
