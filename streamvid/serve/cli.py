@@ -1,0 +1,124 @@
+"""`streamvid serve`: the HTTP API (OpenAI-compatible chat about live video, SSE events, a realtime WebSocket) over
+one engine, or over R engines on Ray Serve.
+
+    streamvid serve [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--model M] [--allow-dir DIR]...
+                    [--alert-webhook URL]... [--ui] [--ray [ADDRESS] --replicas R] [engine flags]
+
+Registered by streamvid/cli.py's build_parser (`register`). Routes: docs/api.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from streamvid.cli import add_engine_args
+    from streamvid.config import BUNDLED_MODEL, EngineConfig
+
+    d = EngineConfig()
+    s = sub.add_parser("serve", help="HTTP API: OpenAI-compatible chat about streams, SSE events, realtime WebSocket, "
+                                     "Ray Serve replicas")
+    s.add_argument("--host", default="127.0.0.1", help="address to bind; other than loopback needs --api-key")
+    s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--api-key", default=None, metavar="KEY",
+                   help="require 'Authorization: Bearer KEY' on every /v1 route (default: $STREAMVID_API_KEY)")
+    s.add_argument("--model", default=str(BUNDLED_MODEL), help="HF checkpoint directory or id (default: bundled)")
+    s.add_argument("--fps", type=float, default=d.fps, help="frames per second a stream samples by default")
+    s.add_argument("--frame-px", type=int, default=None, help="resize frames to N x N first (the bundled model: 112)")
+    s.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
+    s.add_argument("--narrate", action="store_true", help="streams comment on scene changes ({'type': 'say'})")
+    s.add_argument("--allow-dir", action="append", default=[], metavar="DIR",
+                   help="a folder whose video files clients may open as sources (repeatable; default: none)")
+    s.add_argument("--allow-private-urls", action="store_true",
+                   help="let URL sources reach loopback, LAN and other non-public addresses")
+    s.add_argument("--max-frame-pixels", type=int, default=4096 * 4096, metavar="N",
+                   help="refuse images and videos whose frames have more pixels (default: 4096x4096)")
+    s.add_argument("--max-outage-s", type=float, default=300.0,
+                   help="give up on a URL that sends no frames for this long")
+    s.add_argument("--answer-timeout-s", type=float, default=120.0,
+                   help="a chat completion waits this long for its answer (then 504)")
+    s.add_argument("--alert-webhook", action="append", default=[], metavar="URL",
+                   help="POST every alert as JSON to URL (repeatable; retried with backoff, never blocks the engine)")
+    s.add_argument("--ui", action="store_true", help="also serve the web app's page at / on the same engine")
+    s.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                   help="serve through Ray Serve on the cluster at ADDRESS (a local one without it)")
+    s.add_argument("--replicas", type=int, default=2, help="with --ray: engine replicas, one engine each")
+    add_engine_args(s, d)
+    s.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from streamvid.cli import check_model, embedder_checkpoint, engine_config, offline_if_local
+    from streamvid.serve.hub import ServeOptions, model_id
+    from streamvid.serve.server import check_bind
+
+    api_key = args.api_key if args.api_key is not None else os.environ.get("STREAMVID_API_KEY") or None
+    check_bind(args.host, api_key)  # refused before anything loads
+    if args.ui and args.ray:
+        raise ValueError("--ui serves the page on this process's engine: it cannot be combined with --ray")
+    if not 1 <= args.port <= 65535:
+        raise ValueError(f"--port must be in 1..65535, got {args.port}")
+    offline_if_local(args.model, embedder_checkpoint(args))
+    cfg = engine_config(args, frame_px=args.frame_px, max_new_tokens=args.max_new_tokens, narrate=args.narrate)
+    check_model(cfg.model)
+    options = ServeOptions(api_key=api_key, model_id=model_id(cfg.model), allow_dirs=tuple(args.allow_dir),
+                           allow_private_urls=args.allow_private_urls, max_frame_pixels=args.max_frame_pixels,
+                           max_outage_s=args.max_outage_s, answer_timeout_s=args.answer_timeout_s,
+                           max_new_tokens=cfg.max_new_tokens, webhook_urls=tuple(args.alert_webhook))
+    from streamvid.serve.policy import SourcePolicy
+    from streamvid.serve.webhooks import WebhookSender
+
+    SourcePolicy(allow_dirs=options.allow_dirs)  # a missing --allow-dir is one line now
+    WebhookSender.check(options.webhook_urls)
+    if args.ray:
+        return _serve_ray(args, cfg, options)
+    from streamvid.engine import Engine
+    from streamvid.serve.server import build_app, serve
+
+    engine = Engine(cfg)
+    try:
+        app = build_app(engine, options, ui=args.ui)
+        print(f"streamvid serve: http://{args.host}:{args.port} (model {options.model_id}; docs at /docs)",
+              file=sys.stderr, flush=True)
+        serve(app, args.host, args.port, options.max_body_mb)
+    finally:
+        engine.close()
+    return 0
+
+
+def _serve_ray(args: argparse.Namespace, cfg, options) -> int:
+    import ray
+    from ray import serve
+
+    from streamvid.serve.ray_app import application
+
+    if args.replicas < 1:
+        raise ValueError(f"--replicas must be >= 1, got {args.replicas}")
+    if args.ray == "local":
+        ray.init(include_dashboard=False, log_to_driver=False)
+    else:
+        ray.init(address=args.ray, log_to_driver=False)
+    try:
+        gpus = ray.cluster_resources().get("GPU", 0)
+        gpu = 1.0 if cfg.device != "cpu" and gpus >= args.replicas else 0.0
+        cpus = ray.cluster_resources().get("CPU", 1)
+        per = min(1.0, cpus / args.replicas)
+        serve.start(http_options={"host": args.host, "port": args.port})
+        serve.run(application(cfg, options, args.replicas, cpus_per_replica=per, gpus_per_replica=gpu,
+                              threads=max(1, int(cpus // args.replicas)) if not gpu else None),
+                  name="streamvid", route_prefix="/")
+        print(f"streamvid serve: http://{args.host}:{args.port} on Ray Serve, {args.replicas} engine replicas "
+              f"(model {options.model_id}; docs at /docs)", file=sys.stderr, flush=True)
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        try:
+            serve.shutdown()
+        finally:
+            ray.shutdown()

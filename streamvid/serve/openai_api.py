@@ -1,0 +1,173 @@
+"""OpenAI-compatible routes: `GET /v1/models` and `POST /v1/chat/completions` about a stream.
+
+    client = openai.OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="KEY")
+    reply = client.chat.completions.create(model="streamvid-tiny", extra_body={"stream_id": sid},
+                                           messages=[{"role": "user", "content": "What colour is the circle?"}])
+    reply.choices[0].message.content, reply.model_extra["streamvid"]     # the answer; t_s, evidence_t_s, ...
+
+The last user message is a question about stream `stream_id` at its current time; earlier user/assistant messages
+are the dialogue it is answered with (pairs, in order; system messages are ignored). The answer comes as a
+`chat.completion` plus `"streamvid": {"stream_id", "question_id", "t_s", "evidence_t_s", "retrieved_blocks",
+"ttft_ms"}`, or with `"stream": true` as `chat.completion.chunk` server-sent events ending with `data: [DONE]`
+(the last chunk carries the finish reason and the "streamvid" object; `stream_options.include_usage` adds the
+usage chunk). A "tell me when ..." question registers a trigger: the reply acknowledges it and `"streamvid"` has its
+`trigger_id`; alerts come on the stream's events. Decoding is the engine's (greedy, its max_new_tokens): sampling
+parameters are accepted and ignored, and `usage.prompt_tokens` is not counted (0).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+
+from fastapi import FastAPI
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict
+
+from streamvid.serve.errors import BadRequest, NotFound, ServeError
+from streamvid.serve.web import GetBackend, dumps
+
+STARTED = int(time.time())
+ROLES = ("system", "developer", "user", "assistant")
+
+
+class ChatRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")  # temperature, max_tokens, ...: accepted, not used
+    model: str
+    messages: list[dict]
+    stream: bool = False
+    stream_id: str | None = None
+    stream_options: dict | None = None
+
+
+def add_routes(app: FastAPI, get_backend: GetBackend, auth: list) -> None:
+    @app.get("/v1/models", dependencies=auth)
+    async def models() -> dict:
+        model = get_backend().options.model_id
+        return {"object": "list", "data": [{"id": model, "object": "model", "created": STARTED,
+                                            "owned_by": "streamvid"}]}
+
+    @app.post("/v1/chat/completions", dependencies=auth)
+    async def chat_completions(body: ChatRequest):
+        backend = get_backend()
+        options = backend.options
+        if body.model != options.model_id:
+            raise NotFound(f"model {body.model[:100]!r} is not served here; this server serves "
+                           f"{options.model_id!r} (GET /v1/models)", code="model_not_found")
+        if not body.stream_id:
+            raise BadRequest('"stream_id" is required: the stream the question is about (openai client: '
+                             'extra_body={"stream_id": ...})')
+        question, dialogue = conversation(body.messages)
+        items = backend.ask(body.stream_id, question, dialogue)
+        try:
+            asked = await anext(items)  # queued: an unknown stream, a full queue ... are answered before streaming
+        except BaseException:
+            await items.aclose()
+            raise
+        cid = f"chatcmpl-{secrets.token_hex(12)}"
+        created = int(time.time())
+        head = {"id": cid, "created": created, "model": options.model_id}
+        if not body.stream:
+            try:
+                answer = None
+                async for item in items:
+                    if item["type"] == "answer":
+                        answer = item
+            finally:
+                await items.aclose()
+            return {**head, "object": "chat.completion", "choices": [{
+                "index": 0, "message": {"role": "assistant", "content": answer["text"]}, "logprobs": None,
+                "finish_reason": finish_reason(answer, options)}],
+                "usage": usage(answer), "streamvid": extra(answer, asked)}
+        include_usage = bool((body.stream_options or {}).get("include_usage"))
+
+        def chunk(delta: dict, finish: str | None = None, **more) -> str:
+            obj = {**head, "object": "chat.completion.chunk",
+                   "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}], **more}
+            return f"data: {dumps(obj)}\n\n"
+
+        async def events():
+            raw, sent = "", ""  # the pieces so far; the content streamed: exactly the answer's text at the end
+            try:
+                yield chunk({"role": "assistant", "content": ""})
+                async for item in items:
+                    if item["type"] == "answer.delta":
+                        raw += item["text"]
+                        so_far = raw.strip()  # (the answer is stripped: trailing blanks wait for more text)
+                        if so_far.startswith(sent) and len(so_far) > len(sent):
+                            yield chunk({"content": so_far[len(sent):]})
+                            sent = so_far
+                    elif item["type"] == "answer":
+                        text = item["text"]
+                        if text != sent:
+                            yield chunk({"content": text[len(sent):] if text.startswith(sent) else text})
+                        yield chunk({}, finish_reason(item, options), streamvid=extra(item, asked))
+                        if include_usage:
+                            last = {**head, "object": "chat.completion.chunk", "choices": [], "usage": usage(item)}
+                            yield f"data: {dumps(last)}\n\n"
+            except ServeError as e:
+                yield f"data: {dumps(e.body())}\n\n"
+            finally:
+                await items.aclose()
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def conversation(messages: list[dict]) -> tuple[str, list[tuple[str, str]]]:
+    """(the question: the last message, a user's; the earlier user/assistant turns as (question, answer) pairs)."""
+    if not messages:
+        raise BadRequest("messages is empty: the last message must be the user's question")
+    turns: list[tuple[str, str]] = []
+    pending: str | None = None
+    for i, m in enumerate(messages):
+        role = m.get("role") if isinstance(m, dict) else None
+        if role not in ROLES:
+            raise BadRequest(f"messages[{i}].role must be one of {', '.join(ROLES)}, got {str(role)[:40]!r}")
+        text = content_text(m.get("content"), i)
+        if role == "user":
+            if pending is not None:
+                turns.append((pending, ""))
+            pending = text
+        elif role == "assistant" and pending is not None:
+            turns.append((pending, text))
+            pending = None
+    if messages[-1].get("role") != "user" or pending is None:
+        raise BadRequest("the last message must be the user's question")
+    return pending, turns
+
+
+def content_text(content, i: int) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind != "text" or not isinstance(part.get("text"), str):
+                raise BadRequest(f"messages[{i}].content: only text parts are accepted, got {str(kind)[:40]!r}; "
+                                 f"send frames to POST /v1/streams/{{id}}/frames")
+            parts.append(part["text"])
+        return "\n".join(parts)
+    if content is None:
+        return ""
+    raise BadRequest(f"messages[{i}].content must be text or a list of text parts")
+
+
+def finish_reason(answer: dict, options) -> str:
+    limit = options.max_new_tokens
+    return "length" if limit and (answer.get("tokens") or 0) >= limit else "stop"
+
+
+def usage(answer: dict) -> dict:
+    tokens = int(answer.get("tokens") or 0)
+    return {"prompt_tokens": 0, "completion_tokens": tokens, "total_tokens": tokens}
+
+
+def extra(answer: dict, asked: dict) -> dict:
+    out = {"stream_id": asked["stream_id"], "question_id": answer["id"]}
+    out |= {k: answer.get(k) for k in ("t_s", "evidence_t_s", "retrieved_blocks", "ttft_ms")}
+    if "trigger_id" in answer:
+        out["trigger_id"] = answer["trigger_id"]
+    return out

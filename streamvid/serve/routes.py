@@ -1,0 +1,164 @@
+"""The FastAPI app of `streamvid serve`: the stream routes here, the OpenAI-compatible ones in openai_api.py, the
+realtime socket in realtime.py. The same app runs in one process (uvicorn, server.py) and as the ingress of a Ray
+Serve application (ray_app.py); only the backend behind `get_backend()` differs.
+
+    POST   /v1/streams                        {"source", "fps"} -> 201 {"id", "object": "stream", "source", "created"}
+    GET    /v1/streams                        {"object": "list", "data": [...]}
+    GET    /v1/streams/{id}                   frames in/dropped, clock, window, memory (the stats line)
+    DELETE /v1/streams/{id}                   stops it: the final stats
+    POST   /v1/streams/{id}/frames[?t_s=]     PNG or JPEG body -> {"frames_in", "frames_dropped", "t_s"}
+    POST   /v1/streams/{id}/watches           {"condition"} -> {"id"}; GET lists them; DELETE .../watches/{wid}
+    GET    /v1/streams/{id}/events            server-sent events: one per output (event: <type>, data: <JSON>)
+
+Errors are `{"error": {"message", "type", "code"}}` with a one-line message: 400 (bad value or JSON), 401 (API
+key), 404 (unknown stream, watch or model), 409 (frames to a stream that is not "push"), 413 (body too large),
+415 (not PNG/JPEG), 422 (a body of the wrong shape), 429 (engine full, questions queue full), 503 (the stream's
+replica died, or the stream failed), 504 (no answer in time). JSON never holds NaN or Infinity.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractAsyncContextManager
+from collections.abc import Callable
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from streamvid.serve import openai_api, realtime
+from streamvid.serve.errors import BadRequest, ServeError, TooLarge, wire_error
+from streamvid.serve.images import media_type
+from streamvid.serve.web import GetBackend, StrictJSONResponse, check_key, error_response, event_name, sse
+
+
+class StreamCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    source: str = Field(description='"push", a demo clip name (shapes_7), a URL, or a file under an --allow-dir')
+    fps: float | None = Field(None, description="frames sampled per second (default: the server's --fps)")
+
+
+class WatchCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    condition: str = Field(description='what to watch for, e.g. "a red circle appears"')
+    fire: float | None = Field(None, description="p(yes) at which it fires (default: the server's)")
+    reset: float | None = Field(None, description="p(yes) below which it re-arms")
+
+
+def create_app(get_backend: GetBackend,
+               lifespan: Callable[[FastAPI], AbstractAsyncContextManager] | None = None) -> FastAPI:
+    app = FastAPI(title="streamvid serve", lifespan=lifespan, default_response_class=StrictJSONResponse,
+                  description="Streaming video-LLM streams over HTTP: OpenAI-compatible chat about live video, "
+                              "server-sent events, a realtime WebSocket. See docs/api.md.")
+    _add_error_handlers(app)
+
+    async def authorized(request: Request) -> None:
+        check_key(request.headers.get("authorization"), get_backend().options)
+
+    auth = [Depends(authorized)]
+
+    @app.post("/v1/streams", status_code=201, dependencies=auth)
+    async def open_stream(body: StreamCreate) -> dict:
+        return await get_backend().open(body.source, body.fps)
+
+    @app.get("/v1/streams", dependencies=auth)
+    async def list_streams() -> dict:
+        return {"object": "list", "data": await get_backend().list()}
+
+    @app.get("/v1/streams/{sid}", dependencies=auth)
+    async def stream_status(sid: str) -> dict:
+        return await get_backend().status(sid)
+
+    @app.delete("/v1/streams/{sid}", dependencies=auth)
+    async def close_stream(sid: str) -> dict:
+        return await get_backend().close(sid)
+
+    @app.post("/v1/streams/{sid}/frames", dependencies=auth,
+              openapi_extra={"requestBody": {"required": True, "content": {
+                  "image/png": {"schema": {"type": "string", "format": "binary"}},
+                  "image/jpeg": {"schema": {"type": "string", "format": "binary"}}}}})
+    async def push_frame(sid: str, request: Request,
+                         t_s: float | None = Query(None, description="stream time of the frame (default: "
+                                                   "the last frame's plus the wall time since)")) -> dict:
+        backend = get_backend()
+        content_type = request.headers.get("content-type")
+        media_type(content_type)  # 415 before the body is read
+        limit = int(backend.options.max_body_mb * 2**20)
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            raise TooLarge(f"the image body is {int(declared) / 2**20:.1f} MB, above the "
+                           f"{backend.options.max_body_mb:g} MB limit")
+        data = bytearray()
+        async for chunk in request.stream():
+            data += chunk
+            if len(data) > limit:
+                raise TooLarge(f"the image body is above the {backend.options.max_body_mb:g} MB limit")
+        return await backend.push(sid, bytes(data), content_type, t_s)
+
+    @app.post("/v1/streams/{sid}/watches", dependencies=auth)
+    async def add_watch(sid: str, body: WatchCreate) -> dict:
+        return await get_backend().watch(sid, body.condition, body.fire, body.reset)
+
+    @app.get("/v1/streams/{sid}/watches", dependencies=auth)
+    async def list_watches(sid: str) -> dict:
+        return {"object": "list", "data": await get_backend().watches(sid)}
+
+    @app.delete("/v1/streams/{sid}/watches/{wid}", dependencies=auth)
+    async def remove_watch(sid: str, wid: str) -> dict:
+        return await get_backend().unwatch(sid, wid)
+
+    @app.get("/v1/streams/{sid}/events", dependencies=auth, response_class=StreamingResponse,
+             responses={200: {"content": {"text/event-stream": {}}}})
+    async def events(sid: str) -> StreamingResponse:
+        """Server-sent events, one per output of the stream: `event: alert|answer|narration|status|source_lost|
+        source_back` and `data:` the JSON object `streamvid run` prints; a comment line while nothing happens."""
+        items = get_backend().events(sid)
+        try:
+            await anext(items)  # subscribed: an unknown stream is a 404 here, before the response starts
+        except BaseException:
+            await items.aclose()
+            raise
+
+        async def body():
+            try:
+                yield ": subscribed\n\n"
+                async for item in items:
+                    yield ": keep-alive\n\n" if item is None else sse(item, event_name(item))
+            except ServeError as e:  # the stream's replica went away mid-stream
+                yield sse(e.body(), "error")
+            finally:
+                await items.aclose()
+
+        return StreamingResponse(body(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+    openai_api.add_routes(app, get_backend, auth)
+    realtime.add_routes(app, get_backend)
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ServeError)
+    async def serve_error(request: Request, e: ServeError):
+        return error_response(e)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, e: RequestValidationError):
+        errors = e.errors()
+        first = errors[0] if errors else {}
+        if first.get("type") == "json_invalid":
+            return error_response(BadRequest(f"the body is not valid JSON ({first.get('msg', '')})"))
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        return error_response(ServeError(f"{where}: {first.get('msg', 'invalid')}{more}", 422,
+                                         "invalid_request_error"))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, e: StarletteHTTPException):
+        kind = {404: "not_found_error", 405: "invalid_request_error"}.get(e.status_code, "invalid_request_error")
+        return error_response(ServeError(str(e.detail), e.status_code, kind))
+
+    @app.exception_handler(Exception)
+    async def internal_error(request: Request, e: Exception):
+        return error_response(wire_error(e))

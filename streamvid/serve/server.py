@@ -1,0 +1,91 @@
+"""`streamvid serve` in one process: the app over one engine, on uvicorn.
+
+    engine = Engine(EngineConfig())                      # the model, once; many streams on it
+    app = build_app(engine, ServeOptions(api_key="..."))
+    uvicorn.run(app, host="127.0.0.1", port=8000)        # or serve(app, host, port)
+
+`build_app` makes the streams hub (hub.py) on the engine (started here; the caller keeps and closes it), the alert
+webhooks, and the FastAPI app (routes.py); the hub is shut down (every stream stopped) with the app's lifespan.
+`ui=True` also mounts the web app's page at `/` on the same engine, found through the `streamvid.ui` entry point
+group (name `page`; the web app registers `streamvid_app.mount:page`), since the library never imports the app.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from contextlib import asynccontextmanager
+from importlib.metadata import entry_points
+
+from fastapi import FastAPI
+
+from streamvid.serve.hub import Hub, ServeOptions, model_id
+from streamvid.serve.routes import create_app
+from streamvid.serve.service import HubService
+from streamvid.serve.webhooks import WebhookSender
+
+log = logging.getLogger(__name__)
+
+
+def build_app(engine, options: ServeOptions | None = None, ui: bool = False) -> FastAPI:
+    options = options or ServeOptions(model_id=model_id(engine.config.model),
+                                      max_new_tokens=engine.config.max_new_tokens)
+    webhooks = (WebhookSender(options.webhook_urls, options.webhook_queue, options.webhook_retries)
+                if options.webhook_urls else None)
+    hub = Hub(engine, options, webhooks=webhooks)
+    service = HubService(hub)
+    closers = []
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        try:
+            yield
+        finally:
+            await service.shutdown()
+            for close in closers:
+                close()
+
+    app = create_app(lambda: service, lifespan=lifespan)
+    app.state.hub = hub
+    if ui:
+        closers.append(mount_ui(app, engine, options))
+    return app
+
+
+def mount_ui(app: FastAPI, engine, options: ServeOptions):
+    """The web app's page at `/` on `engine` (with an API key, its login is user "api" and the key); returns
+    what closes the page's sessions."""
+    pages = [ep for ep in entry_points(group="streamvid.ui") if ep.name == "page"]
+    if not pages:
+        raise ValueError("--ui needs the web app (streamvid_app, installed with streamvid): no 'page' entry point in "
+                         "the streamvid.ui group")
+    blocks = pages[0].load()(engine, engine.config)
+    import gradio  # only here: the library's other modules never import the web framework
+
+    gradio.mount_gradio_app(app, blocks, path="/", auth=("api", options.api_key) if options.api_key else None,
+                            ssr_mode=False, footer_links=["api"])
+    return getattr(blocks, "streamvid_close", lambda: None)
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, api_key: str | None) -> None:
+    if not api_key and not is_loopback(host):
+        raise ValueError(f"refusing to listen on {host} without --api-key (or STREAMVID_API_KEY): anyone who can "
+                         f"reach that address could use the engine; use --host 127.0.0.1 for local use")
+
+
+def serve(app: FastAPI, host: str, port: int, max_body_mb: float = 32.0) -> None:
+    """uvicorn until Ctrl-C or SIGTERM (open event streams are given 3 s, then closed). A realtime message may carry
+    a base64 image up to `max_body_mb`."""
+    import uvicorn
+
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=3,
+                ws_max_size=int(4 / 3 * max_body_mb * 2**20) + 2**20)

@@ -1,0 +1,101 @@
+"""The async face of a `Hub`: what the HTTP routes call in one process, and what each Ray Serve replica runs.
+
+    service = HubService(hub)
+    info = await service.open("push", 2.0)
+    async for item in service.ask(info["id"], "What colour is the circle?"):
+        ...   # {"type": "question", "id"}, then {"type": "answer.delta", ...} pieces, then {"type": "answer", ...}
+    async for item in service.events(info["id"]):
+        ...   # None first (subscribed) and on every idle tick, then every output of the stream as JSON
+
+Every method raises `errors.ServeError` (with its HTTP status) for what a client did wrong. A generator checks the
+stream before its first item, so a caller can answer 404 before it starts a streamed response. Blocking work (opening
+a source, decoding an image, stopping a stream) runs on worker threads; the event loop only queues.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+from streamvid.serve.errors import Timeout, Unavailable
+from streamvid.serve.hub import CLOSED, Hub
+
+
+class HubService:
+    def __init__(self, hub: Hub):
+        self.hub = hub
+        self.options = hub.options
+
+    async def open(self, source: object, fps: float | None = None) -> dict:
+        return await asyncio.to_thread(self.hub.open, source, fps)
+
+    async def list(self) -> list[dict]:
+        return self.hub.list()
+
+    async def count(self) -> int:
+        return len(self.hub)
+
+    async def status(self, sid: str) -> dict:
+        return await asyncio.to_thread(self.hub.status, sid)
+
+    async def close(self, sid: str) -> dict:
+        return await asyncio.to_thread(self.hub.close, sid)
+
+    async def push(self, sid: str, data: bytes, content_type: str | None, t_s: float | None = None) -> dict:
+        return await asyncio.to_thread(self.hub.push, sid, data, content_type, t_s)
+
+    async def question(self, sid: str, text: object) -> dict:
+        """Queue a question without waiting for its answer (the realtime socket's); {"id": qid}."""
+        return {"id": self.hub.ask(sid, text)}
+
+    async def watch(self, sid: str, condition: object, fire: float | None = None, reset: float | None = None) -> dict:
+        return self.hub.watch(sid, condition, fire=fire, reset=reset)
+
+    async def watches(self, sid: str) -> list[dict]:
+        return self.hub.watches(sid)
+
+    async def unwatch(self, sid: str, wid: str) -> dict:
+        return self.hub.unwatch(sid, wid)
+
+    async def ask(self, sid: str, text: object, dialogue: list[tuple[str, str]] | None = None) -> AsyncIterator[dict]:
+        """{"type": "question", "id"} once the question is queued, then its answer.delta pieces, then the answer
+        (for "tell me when ..." the acknowledgement, with "trigger_id"). Unavailable when the stream stops or
+        fails first, Timeout after options.answer_timeout_s."""
+        sub = self.hub.subscribe(sid, deltas=True, loop=asyncio.get_running_loop())
+        try:
+            qid = self.hub.ask(sid, text, dialogue)
+            yield {"type": "question", "id": qid, "stream_id": sid}
+            deadline = time.monotonic() + self.options.answer_timeout_s
+            while True:
+                item = await sub.get(max(0.0, deadline - time.monotonic()))
+                if item is None:
+                    raise Timeout(f"no answer to {qid} on stream {sid} within {self.options.answer_timeout_s:g} s")
+                if item is CLOSED:
+                    raise Unavailable(f"stream {sid} was closed before the answer to {qid} was complete")
+                if item.get("type") == "status" and item.get("event") == "error":
+                    raise Unavailable(f"stream {sid} stopped with an error: {item.get('message')}")
+                if item.get("id") == qid and item.get("type") in ("answer.delta", "answer"):
+                    yield item
+                    if item["type"] == "answer":
+                        return
+        finally:
+            self.hub.unsubscribe(sid, sub)
+
+    async def events(self, sid: str, deltas: bool = False) -> AsyncIterator[dict | None]:
+        """None at once (the stream exists: subscribed), then every output of the stream as its JSON object
+        (answer.delta pieces too with `deltas`), and None after each options.heartbeat_s without one; ends
+        when the stream is closed."""
+        sub = self.hub.subscribe(sid, deltas=deltas, loop=asyncio.get_running_loop())
+        try:
+            yield None
+            while True:
+                item = await sub.get(self.options.heartbeat_s)
+                if item is CLOSED:
+                    return
+                yield item
+        finally:
+            self.hub.unsubscribe(sid, sub)
+
+    async def shutdown(self) -> None:
+        await asyncio.to_thread(self.hub.shutdown)

@@ -1,0 +1,79 @@
+"""What the route modules share: the backend they call, strict JSON, OpenAI-style errors, the API key check, SSE.
+
+A backend is `service.HubService` (one process, one engine) or `ray_app.RayBackend` (an ingress forwarding to the
+engine replicas); the routes reach it through `get_backend()`, so the same FastAPI app serves both.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
+
+from fastapi.responses import JSONResponse
+
+from streamvid.serve.errors import ServeError, Unauthorized, finite
+from streamvid.serve.hub import ServeOptions
+
+
+class Backend(Protocol):
+    options: ServeOptions
+
+    async def open(self, source: object, fps: float | None = None) -> dict: ...
+    async def list(self) -> list[dict]: ...
+    async def status(self, sid: str) -> dict: ...
+    async def close(self, sid: str) -> dict: ...
+    async def push(self, sid: str, data: bytes, content_type: str | None, t_s: float | None = None) -> dict: ...
+    async def question(self, sid: str, text: object) -> dict: ...
+    async def watch(self, sid: str, condition: object, fire: float | None = None,
+                    reset: float | None = None) -> dict: ...
+    async def watches(self, sid: str) -> list[dict]: ...
+    async def unwatch(self, sid: str, wid: str) -> dict: ...
+    def ask(self, sid: str, text: object, dialogue: list | None = None) -> AsyncIterator[dict]: ...
+    def events(self, sid: str, deltas: bool = False) -> AsyncIterator[dict | None]: ...
+
+
+GetBackend = Callable[[], Backend]
+
+
+def dumps(obj: Any) -> str:
+    """Strict JSON: NaN and infinities become null, never the non-standard literals."""
+    return json.dumps(finite(obj), allow_nan=False, ensure_ascii=False)
+
+
+class StrictJSONResponse(JSONResponse):
+    def render(self, content: Any) -> bytes:
+        return dumps(content).encode("utf-8")
+
+
+def error_response(e: ServeError) -> StrictJSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if e.status == 401 else None
+    return StrictJSONResponse(e.body(), status_code=e.status, headers=headers)
+
+
+def check_key(authorization: str | None, options: ServeOptions) -> None:
+    """Unauthorized unless `Authorization: Bearer KEY` carries the server's key (constant-time compare); nothing
+    to check without a key."""
+    if not options.api_key:
+        return
+    scheme, _, given = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), options.api_key.encode()):
+        raise Unauthorized("missing or wrong API key: send the header 'Authorization: Bearer KEY'",
+                           code="invalid_api_key")
+
+
+def event_name(item: dict) -> str:
+    """The SSE event an output goes out as: its type, "narration" for remarks ("say"), and source_lost /
+    source_back for those status events."""
+    kind = item.get("type", "status")
+    if kind == "say":
+        return "narration"
+    if kind == "status" and item.get("event") in ("source_lost", "source_back"):
+        return item["event"]
+    return kind
+
+
+def sse(item: dict, event: str | None = None) -> str:
+    head = f"event: {event}\n" if event else ""
+    return f"{head}data: {dumps(item)}\n\n"

@@ -1,0 +1,102 @@
+"""Helpers shared by tests/test_serve.py and tests/test_serve_ray.py: a FastAPI app on uvicorn in a thread, frames
+pushed over HTTP one by one, and the engine's own answer on the same frames."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import socket
+import threading
+
+import httpx
+import numpy as np
+import uvicorn
+from fastapi import FastAPI
+from PIL import Image
+
+from streamvid.assistant import StreamingAssistant
+from streamvid.config import EngineConfig
+from streamvid.types import Frame
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(condition, timeout_s: float = 60.0, what: str = "condition"):
+    tick = threading.Event()
+    for _ in range(int(timeout_s / 0.05)):
+        if (got := condition()):
+            return got
+        tick.wait(0.05)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+@contextlib.contextmanager
+def running(app: FastAPI):
+    """`app` on uvicorn in a thread on 127.0.0.1 and a free port; yields its base URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           timeout_graceful_shutdown=2))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_until(lambda: server.started or not thread.is_alive(), what="uvicorn to start")
+    assert server.started, "uvicorn did not start"
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def png(image: np.ndarray) -> bytes:
+    buf = io.BytesIO()
+    Image.fromarray(image).save(buf, "PNG")
+    return buf.getvalue()
+
+
+def push_frames(client: httpx.Client, sid: str, images, t0_s: float = 0.0, fps: float = 2.0) -> float:
+    """Push each image at t0 + i/fps once the engine has taken the one before; return once every whole chunk is in
+    the window. The last frame's time."""
+    start = client.get(f"/v1/streams/{sid}").json()
+    taken0 = start["frames_in"] + start["frames_dropped"]
+    t_s = t0_s
+    for i, image in enumerate(images):
+        t_s = t0_s + i / fps
+        r = client.post(f"/v1/streams/{sid}/frames", params={"t_s": t_s}, content=png(image),
+                        headers={"Content-Type": "image/png"})
+        assert r.status_code == 200, r.text
+        wait_until(lambda n=i + 1: _taken(client, sid) >= taken0 + n, what=f"frame {i} to reach the engine")
+    blocks = (start["frames_in"] + len(images)) // 2
+    wait_until(lambda: client.get(f"/v1/streams/{sid}").json()["blocks_encoded"] >= blocks,
+               what="the last chunk in the window")
+    return t_s
+
+
+def _taken(client: httpx.Client, sid: str) -> int:
+    st = client.get(f"/v1/streams/{sid}").json()
+    return st["frames_in"] + st["frames_dropped"]
+
+
+def engine_answer(config: EngineConfig, adapter, images, question: str, dialogue=None, fps: float = 2.0) -> dict:
+    """The engine's own answer on the same frames: a StreamingAssistant fed the frames on this thread, then asked at
+    the last frame's time."""
+    sa = StreamingAssistant(config, adapter=adapter)
+    try:
+        frames = [Frame(image, i / fps, i) for i, image in enumerate(images)]
+        sa.feed(frames)
+        qid = sa.ask(question, t_s=frames[-1].t_s, dialogue=dialogue)
+        sa.engine.run_until_idle()
+        return next(o for o in sa.outputs(timeout_s=0.0) if o.kind == "answer" and o.id == qid).to_json()
+    finally:
+        sa.stop()
+
+
+def strict_json(text: str):
+    def refuse(name):
+        raise AssertionError(f"non-standard JSON constant {name}")
+
+    return json.loads(text, parse_constant=refuse)
