@@ -16,7 +16,7 @@ import tempfile
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from streamvid.cli import add_engine_args
+    from streamvid.cli_engine import add_engine_args
     from streamvid.config import BUNDLED_MODEL, EngineConfig
 
     d = EngineConfig()
@@ -52,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from streamvid.cli import check_model, embedder_checkpoint, engine_config, offline_if_local
+    from streamvid.cli_engine import check_model, embedder_checkpoint, engine_config, offline_if_local
 
     offline_if_local(args.model, embedder_checkpoint(args))
     from streamvid_app.inputs import InputPolicy

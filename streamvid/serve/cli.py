@@ -16,7 +16,7 @@ import time
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from streamvid.cli import add_engine_args
+    from streamvid.cli_engine import add_engine_args
     from streamvid.config import BUNDLED_MODEL, EngineConfig
 
     d = EngineConfig()
@@ -52,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from streamvid.cli import check_model, embedder_checkpoint, engine_config, offline_if_local
+    from streamvid.cli_engine import check_model, embedder_checkpoint, engine_config, offline_if_local
     from streamvid.serve.hub import ServeOptions, model_id
     from streamvid.serve.server import check_bind
 
