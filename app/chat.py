@@ -1,4 +1,5 @@
-"""What the page and the chat say: stream times as clocks, alerts as one line, the model's short name."""
+"""What the page and the chat say: stream times as clocks, alerts as one line, the model's short name, and the
+wording of the chat's lines (the transcript in transcript.py decides when they are written)."""
 
 from __future__ import annotations
 
@@ -25,3 +26,35 @@ def alert_text(alert: dict) -> str:
 def model_name(model: str) -> str:
     path = Path(model)
     return path.name if path.is_dir() else model
+
+
+# ---- chat lines ----------------------------------------------------------------------------------------------
+def watching_line(label: str) -> str:
+    """The line a fresh stream starts the chat with."""
+    return f"*Watching {label}.*"
+
+
+def pending_line(t_s: float | None, pieces: list[str]) -> str:
+    """An answer still streaming: its question's stream time and the tokens so far ("…" when none yet)."""
+    return f"[{clock(t_s)}] {''.join(pieces).strip()} …" if pieces else f"[{clock(t_s)}] …"
+
+
+def answer_line(answer: dict) -> str:
+    return f"[{clock(answer.get('t_s'))}] {answer['text'] or '(no answer)'}"
+
+
+def alert_line(alert: dict) -> str:
+    return f"**Alert** {alert_text(alert)}"
+
+
+def say_line(remark: dict) -> str:
+    """A remark the model made without being asked (narration)."""
+    return f"[{clock(remark.get('t_s'))}] {remark['text']}"
+
+
+def status_line(status: dict) -> str:
+    return f"*[{clock(status.get('t_s'))}] {status.get('event') or status['text']}*"
+
+
+def error_line(error: BaseException) -> str:
+    return f"*The stream stopped with an error: {error}. Start it again to go on.*"

@@ -10,21 +10,23 @@
 The gradio layer (`streamvid_app.ui`) only maps callbacks onto these methods. Errors a user can cause (a refused
 input, an empty question, a full queue, no stream running) raise `SessionError` or `InputRefused` with a message
 for the page; the session stays usable. A worker that fails ends its stream, not the session: the error is kept
-in `status()` and the chat, and the next `start` begins a fresh stream. Frames are checked and sized by
-`frames.py`, chat lines written by `chat.py`.
+in `status()` and the chat, and the next `start` begins a fresh stream.
+
+This module holds the lifecycle (streams started and stopped on the shared engine, standing conditions watched
+again on a fresh stream, narration) and the methods the page and the API call. The chat, the alerts, the log that
+`poll` reads and the drain of a stream's outputs into them are in `transcript.py` (the lines' wording in
+`chat.py`); frames are checked, sized, pushed and kept for the preview by `frames.py`.
 
 Thread contract. `Session`: every public method may be called from any thread (gradio runs callbacks on worker
 threads, and a tab's timer, webcam and buttons overlap). `_lock` serialises the lifecycle (start, stop, watch,
-unwatch, close); `_cond` guards the log, chat, answers and the current stream; lock order `_lock` -> `_cond`.
-Each running stream has one drain thread ("streamvid-app-outputs") that moves the assistant's outputs into the
-session under `_cond` and notifies waiters.
+unwatch, close); `_cond` (the transcript's `cond`) guards the transcript, the answers and the current stream; lock
+order `_lock` -> `_cond`. Each running stream has one drain thread ("streamvid-app-outputs") that moves the
+assistant's outputs into the transcript under `_cond` and notifies waiters.
 """
 from __future__ import annotations
 
-import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Iterator
 
 import numpy as np
@@ -33,18 +35,18 @@ from streamvid.engine import Engine
 from streamvid.assistant import BusyError, StreamingAssistant
 from streamvid.config import EngineConfig
 from streamvid.types import Frame
-from streamvid_app import frames, validation
-from streamvid_app.chat import alert_text, clock, model_name
+from streamvid_app import frames
+from streamvid_app.chat import model_name
+from streamvid_app.frames import FrameTap
 from streamvid_app.inputs import InputPolicy, Target
+from streamvid_app.transcript import Stream, Transcript
 from streamvid_app.uploads import UploadFolders
 
-log = logging.getLogger(__name__)
+# FrameTap moved to frames.py; it is still importable from here
+__all__ = ["FrameTap", "Session", "SessionError", "SessionLimitError", "TRIGGERS_UNAVAILABLE", "triggers_available"]
 
 TRIGGERS_UNAVAILABLE = ("standing triggers are not available in this version of streamvid "
                         "(StreamingAssistant has no watch()); questions and answers work")
-DRAIN_WAIT_S = 0.25  # how long the drain thread blocks on the outputs queue before checking its stop event
-CHAT_MESSAGES = 200  # chat messages a session keeps
-ALERTS_KEPT = 200
 
 
 class SessionError(RuntimeError):
@@ -59,59 +61,6 @@ def triggers_available() -> bool:
     return callable(getattr(StreamingAssistant, "watch", None))
 
 
-class FrameTap:
-    """A FrameSource that forwards another and keeps the last frame the ingest thread read (the page's preview).
-
-    Thread contract: `read` from the ingest thread only; `last` may be read from any thread (one reference
-    assignment); `close` and `dropped` as the wrapped source allows.
-    """
-
-    def __init__(self, inner):
-        self.inner = inner
-        self.live = inner.live
-        self.last: Frame | None = None
-
-    def read(self, timeout_s: float = 1.0) -> Frame | None:
-        frame = self.inner.read(timeout_s)
-        if frame is not None:
-            self.last = frame
-        return frame
-
-    @property
-    def dropped(self) -> int:
-        return self.inner.dropped
-
-    def __getattr__(self, name: str):  # on_status, outages, lost_s of a camera/URL source
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-    def __setattr__(self, name: str, value) -> None:
-        if name == "on_status":
-            setattr(self.inner, name, value)
-        else:
-            super().__setattr__(name, value)
-
-    def close(self) -> None:
-        self.inner.close()
-
-
-class _Stream:
-    """One assistant on one source, from `start` to `stop`. Fields below `_cond` are guarded by the session's."""
-
-    def __init__(self, sa: StreamingAssistant, target: Target, tap: FrameTap, label: str, webcam: bool):
-        self.sa, self.target, self.tap, self.label, self.webcam = sa, target, tap, label, webcam
-        self.started_s = time.monotonic()
-        self.done = threading.Event()  # tells the drain thread to finish
-        self.thread: threading.Thread | None = None
-        # guarded by the session's _cond
-        self.closed = False
-        self.error: str | None = None
-        self.answers: dict[str, dict] = {}  # answer id -> answer object
-        self.last_push_t_s: float | None = None  # stream time of the last frame pushed with an explicit t_s
-        self.pending: dict[str, tuple[dict, float, list[str]]] = {}  # id -> (chat message, t_s, pieces)
-
-
 class Session:
     def __init__(self, key: str, config: EngineConfig, engine: Engine, policy: InputPolicy,
                  log_size: int = 1000, webcam_gap_s: float = 3.0, client: str = "",
@@ -122,24 +71,24 @@ class Session:
         self.client = client  # who made it (login user or address): the per-client session limit counts these
         self.webcam_gap_s = webcam_gap_s
         self._lock = threading.Lock()
-        self._cond = threading.Condition()
+        self._transcript = Transcript(key, log_size)  # chat, alerts, the poll log; the drain of outputs into them
+        self._cond = self._transcript.cond
         # guarded by _cond
-        self._stream: _Stream | None = None
+        self._stream: Stream | None = None
         self._prepared: StreamingAssistant | None = None  # made by watch() before any stream started
         self._conditions: dict[str, tuple[str, dict]] = {}  # trigger id (current assistant) -> condition, thresholds
-        self._asked: dict[str, _Stream] = {}  # question id -> the stream it was asked on (ids restart per stream)
-        self._log: deque[dict] = deque(maxlen=log_size)  # outputs other than tokens, for poll()
-        self._log_start = 0  # cursor of self._log[0]
-        self._chat: deque[dict] = deque(maxlen=CHAT_MESSAGES)
-        self._alerts: deque[dict] = deque(maxlen=ALERTS_KEPT)
+        self._asked: dict[str, Stream] = {}  # question id -> the stream it was asked on (ids restart per stream)
         self._last_stats: dict | None = None
-        self._last_ttft_ms: float | None = None
         self._closed = False
         self._webcam_armed = True
         self._last_webcam_s: float | None = None
         self.narrate = config.narrate  # remarks without being asked, for streams started from now on
-        self.version = 0  # bumped on every change the page shows
         self.last_active_s = time.monotonic()
+
+    @property
+    def version(self) -> int:
+        """Bumped on every change the page shows."""
+        return self._transcript.version
 
     # ---- streams ----------------------------------------------------------------------------------------
     def start(self, spec: str) -> dict:
@@ -198,15 +147,7 @@ class Session:
         stream = self._stream
         if stream is None or stream.target.kind != "push" or stream.closed:
             raise SessionError('no push stream is running: start one with source "push" first')
-        image = np.asarray(image)
-        if image.ndim >= 2:
-            frames.check_size(image.shape[1], image.shape[0], self.policy.max_frame_pixels)
-        image = frames.fit(image, self.config.frame_px)
-        with self._cond:
-            t_s = validation.stream_time(t_s, after_s=stream.last_push_t_s)
-            if t_s is not None:
-                stream.last_push_t_s = t_s
-        stream.tap.inner.push(image, t_s)
+        stream.tap.push(frames.prepare(image, self.policy.max_frame_pixels, self.config.frame_px), t_s)
         st = stream.sa.ingest_stats()
         return {"type": "status", "event": "frame", "t_s": round(stream.sa.latest_t_s, 3),
                 "frames_in": st["frames_in"], "frames_dropped": st["frames_dropped"]}
@@ -224,12 +165,8 @@ class Session:
                 raise SessionError(str(e)) from e
             except RuntimeError as e:  # the stream's worker failed
                 raise SessionError(f"the stream stopped with an error: {e}; start it again") from e
-            self._chat.append({"role": "user", "content": question.strip()})
-            message = {"role": "assistant", "content": f"[{clock(t_s)}] …"}
-            self._chat.append(message)
-            stream.pending[qid] = (message, t_s, [])
             self._asked[qid] = stream
-            self._changed()
+            self._transcript.asked(stream, qid, question, t_s)
         return qid
 
     def wait_answer(self, qid: str, timeout_s: float) -> dict:
@@ -283,7 +220,7 @@ class Session:
                 raise SessionError(str(e)) from e
             with self._cond:
                 self._conditions[tid] = (condition, thresholds)
-                self._changed()
+                self._transcript.changed()
         return tid
 
     def unwatch(self, trigger_id: str) -> bool:
@@ -293,7 +230,7 @@ class Session:
             with self._cond:
                 known = self._conditions.pop(trigger_id, None) is not None
                 sa = self._stream.sa if self._stream is not None else self._prepared
-                self._changed()
+                self._transcript.changed()
             if sa is not None and triggers_available():
                 return bool(sa.unwatch(trigger_id)) or known
         return known
@@ -312,17 +249,14 @@ class Session:
         """Outputs (answers, alerts, remarks, status events; not tokens) since `cursor`, and the next cursor.
         A cursor older than the kept log starts at the oldest kept output."""
         self.touch()
-        with self._cond:
-            end = self._log_start + len(self._log)
-            start = min(max(int(cursor), self._log_start), end)
-            return {"cursor": end, "outputs": list(self._log)[start - self._log_start:]}
+        return self._transcript.poll(cursor)
 
     def status(self) -> dict:
         """The keys of `streamvid run`'s stats line for the current (or last) stream, and where it stands."""
         with self._cond:
             stream = self._stream
             base = {"type": "stats", "model": model_name(self.config.model), "device": str(self.adapter.device),
-                    "last_ttft_ms": self._last_ttft_ms}
+                    "last_ttft_ms": self._transcript.last_ttft_ms}
             if stream is None:
                 return {**(self._last_stats or {}), **base, "narrate": self.narrate, "running": False,
                         "source": self._last_stats.get("source") if self._last_stats else None}
@@ -334,12 +268,10 @@ class Session:
                 "error": error}
 
     def chat(self) -> list[dict]:
-        with self._cond:
-            return [dict(m) for m in self._chat]
+        return self._transcript.chat()
 
     def alerts(self) -> list[dict]:
-        with self._cond:
-            return list(self._alerts)
+        return self._transcript.alerts()
 
     @property
     def assistant(self) -> StreamingAssistant | None:
@@ -364,14 +296,14 @@ class Session:
         """Whether the session holds anything of the user's: a stream, standing conditions, chat or outputs."""
         with self._cond:
             return (self._stream is not None or self._prepared is not None or bool(self._conditions)
-                    or bool(self._chat) or bool(self._log))
+                    or self._transcript.has_entries())
 
     # ---- internals --------------------------------------------------------------------------------------
     def _check_open(self) -> None:
         if self._closed:
             raise SessionError("this session was closed (tab closed or idle too long): reload the page")
 
-    def _running(self) -> _Stream:
+    def _running(self) -> Stream:
         """The current stream (with _cond held); SessionError if there is none."""
         if self._stream is None:
             raise SessionError("no stream is running: start one first")
@@ -394,20 +326,15 @@ class Session:
             sa.stop()
             tap.close()
             raise
-        stream = _Stream(sa, target, tap, label, webcam)
-        stream.thread = threading.Thread(target=self._drain, args=(stream,), name="streamvid-app-outputs",
-                                         daemon=True)
-        event = {"type": "status", "event": "started", "source": label, "t_s": 0.0}
+        stream = Stream(sa, target, tap, label, webcam)
         with self._cond:
             self._stream = stream
             self._asked = {}  # ids restart with the new assistant
-            self._add_log(event)
-            self._chat.append({"role": "assistant", "content": f"*Watching {label}.*"})
-            self._changed()
-        stream.thread.start()
+            event = self._transcript.started(label)
+        self._transcript.drain_in_background(stream)
         return {**event, "triggers": self.triggers()}
 
-    def _asked_on(self, qid: str) -> _Stream:
+    def _asked_on(self, qid: str) -> Stream:
         """The stream question `qid` was last asked on (with _cond held)."""
         if qid not in self._asked:
             raise SessionError(f"no question {qid!r} was asked in this session")
@@ -439,10 +366,8 @@ class Session:
         try:
             stream.sa.stop()
         except RuntimeError as e:  # a worker error nobody had read yet
-            self._on_error(stream, e)
-        if stream.thread is not None:
-            stream.thread.join(timeout=self.config.join_timeout_s + 2 * DRAIN_WAIT_S)
-        self._drain_now(stream)
+            self._transcript.on_error(stream, e)
+        self._transcript.drain_rest(stream, join_timeout_s=self.config.join_timeout_s)
         stats = self.status()
         if stream.target.kind == "upload" and self.uploads is not None:
             self.uploads.discard(stream.target.spec)
@@ -450,73 +375,5 @@ class Session:
             stream.closed = True
             self._stream = None
             self._last_stats = {**stats, "running": False}
-            self._add_log({"type": "status", "event": "stopped", "source": stream.label, "t_s": stats.get("t_s")})
-            self._changed()
+            self._transcript.stopped(stream.label, stats.get("t_s"))
         return self._last_stats
-
-    def _drain(self, stream: _Stream) -> None:
-        """Drain thread: the assistant's outputs into the session until the stream is stopped."""
-        try:
-            while not stream.done.is_set():
-                for out in stream.sa.outputs(timeout_s=DRAIN_WAIT_S):
-                    self._on_output(stream, out)
-        except RuntimeError as e:  # a worker failed: the stream is over, the session is not
-            self._on_error(stream, e)
-
-    def _drain_now(self, stream: _Stream) -> None:
-        try:
-            for out in stream.sa.outputs(timeout_s=0.0):
-                self._on_output(stream, out)
-        except RuntimeError as e:
-            self._on_error(stream, e)
-
-    def _on_output(self, stream: _Stream, out) -> None:
-        with self._cond:
-            if out.kind == "token":
-                pending = stream.pending.get(out.id)
-                if pending is not None:
-                    message, t_s, pieces = pending
-                    pieces.append(out.text)
-                    message["content"] = f"[{clock(t_s)}] {''.join(pieces).strip()} …"
-            else:
-                obj = out.to_json()
-                self._add_log(obj)
-                if out.kind == "answer":
-                    message, _, _ = stream.pending.pop(out.id, (None, 0.0, None))
-                    text = f"[{clock(obj.get('t_s'))}] {obj['text'] or '(no answer)'}"
-                    if message is not None:
-                        message["content"] = text
-                    else:
-                        self._chat.append({"role": "assistant", "content": text})
-                    stream.answers[out.id] = obj
-                    self._last_ttft_ms = obj.get("ttft_ms")
-                elif out.kind == "alert":
-                    self._alerts.append(obj)
-                    self._chat.append({"role": "assistant", "content": f"**Alert** {alert_text(obj)}"})
-                elif out.kind == "say":
-                    self._chat.append({"role": "assistant", "content": f"[{clock(obj.get('t_s'))}] {obj['text']}"})
-                elif out.kind == "status":
-                    self._chat.append({"role": "assistant", "content": f"*[{clock(obj.get('t_s'))}] "
-                                                                       f"{obj.get('event') or obj['text']}*"})
-            self._changed()
-
-    def _on_error(self, stream: _Stream, error: BaseException) -> None:
-        log.warning("session %s: stream %s failed: %s", self.key, stream.label, error)
-        with self._cond:
-            if stream.error is None:
-                stream.error = str(error)
-                self._add_log({"type": "status", "event": "error", "source": stream.label, "text": str(error),
-                               "t_s": round(stream.sa.latest_t_s, 3)})
-                self._chat.append({"role": "assistant", "content": f"*The stream stopped with an error: {error}. "
-                                                                   f"Start it again to go on.*"})
-            stream.closed = True
-            self._changed()
-
-    def _add_log(self, obj: dict) -> None:
-        if len(self._log) == self._log.maxlen:
-            self._log_start += 1
-        self._log.append(obj)
-
-    def _changed(self) -> None:
-        self.version += 1
-        self._cond.notify_all()
