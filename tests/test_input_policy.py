@@ -219,9 +219,11 @@ def test_policy_limits_are_validated(field, value):
 
 # ---- flags -------------------------------------------------------------------------------------------------------
 def test_the_demo_flags_reach_the_policy(monkeypatch, capsys):
+    from PIL import Image
     from streamvid_app import inputs
 
     import streamvid.cli
+    import streamvid.cli_engine
 
     seen = {}
 
@@ -229,7 +231,8 @@ def test_the_demo_flags_reach_the_policy(monkeypatch, capsys):
         seen.update(kwargs)
         raise ValueError("policy made")
 
-    monkeypatch.setattr(streamvid.cli, "check_model", lambda model: None)  # no model is loaded: the policy stops it
+    monkeypatch.setattr(streamvid.cli_engine, "check_model", lambda model: None)  # no model: the policy stops it
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", Image.MAX_IMAGE_PIXELS)  # demo caps PIL process-wide: restored
     monkeypatch.setattr(inputs.InputPolicy, "default", default)
     monkeypatch.delenv("STREAMVID_AUTH", raising=False)
     assert streamvid.cli.main(["demo", "--host", "127.0.0.1"]) == 2
