@@ -17,6 +17,10 @@ can take retrieval with these block vectors. Fitted on EPISODES themselves, it i
 
 Settings are the engine's defaults (window, chunking, index layer, memory encoding) for `--model`; block j covers
 stream time [j, j + 1) x the chunk's seconds.
+
+The recall itself (`RecallTally`, `scores`, `recall`) is `streamvid/training/retrieval_recall.py`, which train-tiny's
+held-out check uses too (`streamvid.training.retrieval.retrieval_check`, on block rows made from the training
+tokens, the same as the engine's).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from streamvid.eval.score import load_episodes
 from streamvid.sources import FileSource
 from streamvid.synth.questions import frames_show, mentions
 from streamvid.synth.world import Timeline
+from streamvid.training.retrieval_recall import RecallTally, recall
 from streamvid.types import Context
 
 TASKS = ("backward_colour", "backward_shape")
@@ -59,18 +64,15 @@ def block_rows(adapter, embedder, config: EngineConfig, video: Path) -> list[np.
     return rows
 
 
-def scores(rows: list[np.ndarray], q: np.ndarray) -> np.ndarray:
-    return np.array([float((r @ q).max()) for r in rows])
-
-
 def collect(paths: list[Path], adapter, embedder, config: EngineConfig, k: int,
-            answers: dict | None = None) -> tuple[dict, dict, list[int]]:
-    """Over the memory questions of the episodes (those answered in `answers`, a trace's, when given): per (task,
-    name) [questions whose top k show the name, blocks of the top k that show it, questions]; per name the
-    questions as (block rows, which blocks show the name, engine query); [top k equal to the trace's, compared]."""
+            answers: dict | None = None) -> tuple[RecallTally, dict, list[int]]:
+    """Over the memory questions of the episodes (those answered in `answers`, a trace's, when given): the tally per
+    (task, name) (`RecallTally.stats`: [questions whose top k show the name, blocks of the top k that show it,
+    questions]); per name the questions as (block rows, which blocks show the name, engine query); [top k equal to
+    the trace's, compared]."""
     chunk_s = config.frames_per_chunk / config.fps
     window_blocks = round(config.window_s / chunk_s)  # the default window: window_s of blocks
-    stats: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+    tally = RecallTally(k)
     items: dict[str, list] = defaultdict(list)
     agree = [0, 0]
     for path in paths:
@@ -88,15 +90,13 @@ def collect(paths: list[Path], adapter, embedder, config: EngineConfig, k: int,
                 shows = np.array([frames_show(tl, _frames(tl, (j * chunk_s, (j + 1) * chunk_s)), shape, colour)
                                   for j in range(n)])
                 q = embedder.question_vector(e["text"])
-                top = np.argsort(-scores(rows[:n], q))[:k]
-                s = stats[(e["task"], shape or colour)]
-                s[0], s[1], s[2] = s[0] + bool(shows[top].any()), s[1] + int(shows[top].sum()), s[2] + 1
+                top = tally.add(e["task"], shape or colour, rows[:n], shows, q)
                 if rec is not None:
                     agree[0] += sorted(top.tolist()) == sorted(rec["retrieved_blocks"])
                     agree[1] += 1
                 if shows.any() and not shows.all():
                     items[shape or colour].append((rows[:n], shows, q))
-    return stats, items, agree
+    return tally, items, agree
 
 
 def main() -> None:
@@ -115,7 +115,8 @@ def main() -> None:
         rec = json.loads(line)
         if rec.get("type") == "answer" and rec.get("retrieved_blocks") is not None:
             answers[(rec["episode_id"], rec["event_id"])] = rec
-    stats, items, agree = collect(args.episodes, adapter, embedder, config, args.top_k, answers)
+    tally, items, agree = collect(args.episodes, adapter, embedder, config, args.top_k, answers)
+    stats = tally.stats
     fitted = {}
     if args.fit_on:
         _, fit_items, _ = collect(args.fit_on, adapter, embedder, config, args.top_k)
@@ -127,15 +128,11 @@ def main() -> None:
     for (task, name), (hits, shown, n) in sorted(stats.items()):
         extra = f" {fitted[name][0]:19.2f} {fitted[name][1]:9.2f}" if name in fitted else ""
         print(f"{task:16s} {name:9s} {n:9d} {hits / n:7.2f} {shown / (n * args.top_k):9.2f}{extra}")
-    totals = {t: [sum(v[i] for (tt, _), v in stats.items() if tt == t) for i in range(3)] for t in TASKS}
+    totals = {t: tally.totals(t) for t in TASKS}
     print(json.dumps({"model": args.model, "top_k": args.top_k, "agreement_with_trace": agree,
                       "recall": {t: round(h / max(1, n), 3) for t, (h, _, n) in totals.items()},
                       "precision": {t: round(s / max(1, n * args.top_k), 3) for t, (_, s, n) in totals.items()},
                       "fitted_query_recall": {k: [round(a, 3), round(b, 3)] for k, (a, b) in fitted.items()}}))
-
-
-def recall(items: list, q: np.ndarray, k: int) -> float:
-    return float(np.mean([shows[np.argsort(-scores(rows, q))[:k]].any() for rows, shows, _ in items])) if items else 0.0
 
 
 def fit_query(items: list, steps: int = 300) -> np.ndarray:

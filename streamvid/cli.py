@@ -9,7 +9,7 @@
     streamvid convert ovo-bench|streamingbench|rvs|proactivevideoqa|svbench FILE... --videos DIR --out EPISODES.jsonl
     streamvid synth --seed S --minutes N --out DIR
     streamvid train-tiny [--out DIR] [--seed S] [--steps N] [--time-budget-min M] [--init DIR]
-                        [--vision-refine-steps N]
+                        [--vision-refine-steps N] [--block-side | --no-block-side] [--resume DIR]
     streamvid make-tiny --arch qwen2-vl|qwen2.5-vl|qwen3-vl|llava-onevision|llava-next-video --out DIR
 
 `run` prints one JSON object per line on stdout, in stream-time order: {"type": "answer", ...} per question (for
@@ -273,16 +273,9 @@ def cmd_synth(args: argparse.Namespace) -> int:
 
 
 def cmd_train_tiny(args: argparse.Namespace) -> int:
-    from streamvid.training.train_tiny import TrainConfig, train
+    from streamvid.training.cli import run
 
-    if args.vision_refine_steps and args.init is None:
-        raise ValueError("--vision-refine-steps refines a checkpoint's tower: give the checkpoint with --init DIR")
-    budget = {} if args.time_budget_min is None else {"time_budget_s": 60 * args.time_budget_min}
-    tune = {} if args.init is None else {"init_from": args.init, "lr": 3e-4, "short_window_frac": 0.0,
-                                         "vision_refine_steps": args.vision_refine_steps}
-    if args.lr is not None:
-        tune["lr"] = args.lr
-    train(TrainConfig(out_dir=args.out, seed=args.seed, steps=args.steps, **budget, **tune))
+    run(args)
     return 0
 
 
@@ -376,17 +369,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--fps", type=float, default=2.0)
     s.set_defaults(func=cmd_synth)
 
-    t = sub.add_parser("train-tiny", help="train the bundled ShapesWorld model")
-    t.add_argument("--out", type=Path, default=BUNDLED_MODEL)
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--steps", type=int, default=None)
-    t.add_argument("--time-budget-min", type=float, default=None,
-                   help="stop after this many minutes of main training (default 105); the learning rate decays to it")
-    t.add_argument("--init", type=Path, default=None,
-                   help="fine-tune this checkpoint (no vision warm-up; learning rate 3e-4 unless --lr)")
-    t.add_argument("--vision-refine-steps", type=int, default=0,
-                   help="with --init: first refine its vision tower for this many steps, anchored to its tokens")
-    t.add_argument("--lr", type=float, default=None, help="peak learning rate (default 1e-3, fine-tuning 3e-4)")
+    t = sub.add_parser("train-tiny", help="train the bundled ShapesWorld model (resumable: --resume DIR)")
+    from streamvid.training.cli import add_arguments as add_training_arguments
+
+    add_training_arguments(t, default_out=BUNDLED_MODEL)
     t.set_defaults(func=cmd_train_tiny)
 
     mt = sub.add_parser("make-tiny", help="write a small random checkpoint of a supported family (install checks)")

@@ -1,5 +1,6 @@
-"""`streamvid train-tiny`: dense labels agree with the pixels, samples follow the engine's layout, and a tiny
-budget trains, saves, and gives a checkpoint the engine loads."""
+"""`streamvid train-tiny`: dense labels agree with the pixels, samples follow the engine's layout (their dialogue
+from earlier moments, their prompt the engine's), a tiny budget trains, saves, and gives a checkpoint the engine
+loads, a resumed run continues bit-exactly, and the block side trains the tower's merger and nothing else of it."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ import pytest
 import torch
 
 from streamvid.adapters.qwen2_5_vl import QwenVLAdapter
-from streamvid.training import train_tiny
-from streamvid.training.train_tiny import CELL_PX, N_EVAL_TIMELINES, TrainConfig, _Data, train
 from streamvid.cli import build_parser
 from streamvid.reasoning import stream_times
 from streamvid.synth.world import COLOURS, generate
+from streamvid.training import data as train_data
+from streamvid.training.train_tiny import CELL_PX, N_EVAL_TIMELINES, TrainConfig, _Data, train
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +71,7 @@ def test_answers_are_taught_to_look_at_the_named_object_in_the_newest_block(data
     g = cfg.frame_px // CELL_PX
     checked = 0
     for _ in range(6):
-        s = shape_data.sample(3, max_turns=1)
+        s = shape_data.sample(3, turns=0)
         batch = batcher.build([s])
         _, a, b = batch["chunk_spans"][-1]
         (_, pos, words), = batch["answer_looks"]
@@ -109,7 +110,7 @@ def test_listed_objects_look_at_their_cells(tmp_path_factory):
     palette = np.array(list(COLOURS.values()))
     listed = 0
     for _ in range(20):
-        s = timed.sample(3, max_turns=1)
+        s = timed.sample(3, turns=0)
         batch = batcher.build([s])
         ids = batch["input_ids"][0]
         colours = [w.split()[0] for w in s["answer"].split(", ") if len(w.split()) == 2]
@@ -160,7 +161,7 @@ def test_train_saves_a_checkpoint_the_engine_loads(tmp_path, monkeypatch):
     # ... and the tower refined alone (no main steps): the tower moves, the language model stays as it was, and only
     # the held-out timelines of its vision check are built
     built = []
-    monkeypatch.setattr(train_tiny, "generate", lambda seed, *a, **k: built.append(seed) or generate(seed, *a, **k))
+    monkeypatch.setattr(train_data, "generate", lambda seed, *a, **k: built.append(seed) or generate(seed, *a, **k))
     refined = train(TrainConfig(out_dir=tmp_path / "r", steps=0, n_timelines=3, minutes=0.5, log_every=1,
                                 eval_samples=4, init_from=tmp_path / "m", seed=2, vision_refine_steps=3,
                                 warmup_scenes=4))
@@ -255,10 +256,164 @@ def test_language_model_trains_on_the_vision_tokens_the_engine_computes(tmp_path
             (expected,) = model.model.get_video_features(vision["pixel_values_videos"], vision["video_grid_thw"],
                                                          return_dict=True).pooler_output
             torch.testing.assert_close(data.chunk_tokens(0, frames), expected, atol=1e-5, rtol=1e-5)
-        batch = _Batcher(adapter, data).build([data.sample(3, max_turns=2)])
+        batch = _Batcher(adapter, data).build([data.sample(3, turns=2)])
         chunks = batch["samples"][0]["chunks"]
         video = adapter.video_processor(videos=[np.stack([data.frame(0, k) for k in f]) for f in chunks],
                                         return_tensors="pt", do_sample_frames=False, cap_pixels_per_frame=True)
         reference = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
                           position_ids=batch["position_ids"], **video).logits
         torch.testing.assert_close(forward(model, batch).logits, reference, atol=1e-4, rtol=1e-4)
+
+
+def _timeline_data(tmp_path, seed: int, **kw) -> _Data:
+    cfg = TrainConfig(out_dir=tmp_path / "unused", n_timelines=1, minutes=kw.pop("minutes", 3.0), **kw)
+    return _Data(cfg, np.random.default_rng(seed))
+
+
+def test_earlier_turns_were_asked_earlier_with_the_answer_right_then(tmp_path):
+    """Each earlier turn of a sample was asked before the sample's moment (oldest first), and its answer is the
+    right answer at its own time (checked against the timeline): where the scene changed in between, it differs
+    from the answer now. Timed questions and probes come without dialogue; samples mix 0, 1 and 2 turns."""
+    from streamvid.synth.questions import mentions
+
+    counts = _timeline_data(tmp_path, 6, families={"realtime_count": 1.0, "realtime_colour": 1.0},
+                            turn_mix=(0.0, 0.0, 1.0), same_family_p=1.0)
+    tl = counts.timelines[0]
+    fps = counts.cfg.fps
+    checked = differ = 0
+    for _ in range(60):
+        s = counts.sample(4)
+        times = [t for *_, t in s["dialogue"]] + [s["t_s"]]
+        assert times == sorted(times) and len(set(times)) == len(times)  # earlier, oldest first
+        assert [tuple(d[:3]) for d in s["dialogue"]] == s["turns"][:-1]
+        for question, answer, family, t in s["dialogue"]:
+            assert abs(t * fps - round(t * fps)) < 1e-9  # on the frame grid
+            objects = tl.objects_at(t)
+            if family == "realtime_count":
+                assert answer == str(len(objects))
+                differ += answer != s["answer"] and s["family"] == "realtime_count"
+            else:
+                shape, _ = mentions(question)
+                assert family == "realtime_colour" and shape is not None
+                assert answer in {o.colour for o in objects if o.shape == shape}
+            checked += 1
+    assert checked >= 60 and differ >= 3
+
+    alone = _timeline_data(tmp_path, 7, families={"backward_at_time": 1.0, "probe_edge": 1.0, "probe": 1.0},
+                           turn_mix=(0.0, 0.0, 1.0))
+    assert all(alone.sample(4)["dialogue"] == [] for _ in range(15))
+    mixed = _timeline_data(tmp_path, 8, families={"realtime_shape": 1.0, "backward_colour": 1.0})
+    sizes = [len(mixed.sample(4)["dialogue"]) for _ in range(60)]
+    assert {0, 1, 2} <= set(sizes) and max(sizes) == 2
+
+
+def test_the_prompt_is_the_engines_with_the_earlier_turns(tmp_path):
+    """A sample's prompt tokens are the engine's `adapter.prompt(question, dialogue)` (questions and answers alone,
+    no times of their own); only the answer to the question is a target, and the words taught to look at the frames
+    are the question's."""
+    from streamvid.checkpoints.tiny import build_tiny_checkpoint
+    from streamvid.training.train_tiny import _Batcher
+
+    data = _timeline_data(tmp_path, 9, families={"realtime_colour": 1.0, "backward_shape": 1.0},
+                          turn_mix=(0.0, 0.0, 1.0))
+    adapter = QwenVLAdapter(str(build_tiny_checkpoint(tmp_path / "m", hidden=32, layers=2)))
+    data.encode_chunks(adapter.model, adapter.video_processor)
+    batcher = _Batcher(adapter, data)
+    tok = adapter.tokenizer
+    with_turns = 0
+    for _ in range(8):
+        s = data.sample(3)
+        dialogue = [(q, a) for q, a, _, _ in s["dialogue"]]
+        earlier, prompt = batcher.prompt_ids(s)
+        text = adapter.prompt(s["question"], dialogue)
+        assert earlier + prompt == tok.encode(text, add_special_tokens=False)
+        b = batcher.build([s])
+        ids, labels = b["input_ids"][0], b["labels"][0]
+        targets = labels[labels != -100].tolist()
+        assert targets == tok.encode(s["answer"], add_special_tokens=False) + [tok.convert_tokens_to_ids("<|im_end|>")]
+        question_start = len(ids) - len(prompt) - len(targets)
+        assert ids[question_start:question_start + len(prompt)].tolist() == prompt
+        assert all(pos >= question_start for _, pos, _ in b["word_looks"] + b["answer_looks"])
+        with_turns += bool(dialogue)
+    assert with_turns >= 4
+
+
+def test_resume_continues_bit_exactly(tmp_path, monkeypatch):
+    """Four main steps in one go, and the same run stopped after a checkpoint in the vision warm-up and again after
+    the one at main step 2, each time resumed: the same float32 weights and optimizer moments at the end (block
+    side on, as in a fresh retrain)."""
+    from safetensors.torch import load_file
+
+    from streamvid.training import checkpoint
+    from streamvid.training.train_tiny import resume
+
+    def config(out):
+        return TrainConfig(out_dir=out, steps=4, batch=2, n_timelines=1, minutes=0.5, log_every=1, eval_every=2,
+                           eval_samples=2, vision_warmup_steps=3, warmup_scenes=4, checkpoint_every_s=0.0)
+
+    whole = train(config(tmp_path / "a"))
+    save = checkpoint.save_state
+
+    def stop_after(out, **kw):
+        save(out, **kw)
+        if (kw["stage"], kw["step"]) in {("warmup", 1), ("main", 2)}:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint, "save_state", stop_after)
+    with pytest.raises(KeyboardInterrupt):
+        train(config(tmp_path / "b"))
+    assert json.loads((tmp_path / "b" / "resume" / "state.json").read_text())["stage"] == "warmup"
+    with pytest.raises(KeyboardInterrupt):
+        resume(tmp_path / "b")
+    assert json.loads((tmp_path / "b" / "resume" / "state.json").read_text())["step"] == 2
+    monkeypatch.setattr(checkpoint, "save_state", save)
+    resumed = resume(tmp_path / "b")
+    assert resumed["steps_done"] == whole["steps_done"] == 4
+    assert [h for h in resumed["history"] if "resumed" in h] == [{"resumed": "warmup", "at_step": 1},
+                                                                 {"resumed": "main", "at_step": 2}]
+    a, b = (load_file(p / "resume" / "state.safetensors") for p in (tmp_path / "a", tmp_path / "b"))
+    weights = [k for k in a if k.startswith(("model.", "opt."))]
+    assert a.keys() == b.keys() and any(k.startswith("opt.") for k in weights)
+    assert all(torch.equal(a[k], b[k]) for k in weights)
+    with pytest.raises(ValueError, match="finished"):
+        resume(tmp_path / "b")
+
+
+def test_block_side_trains_the_merger_and_nothing_else_of_the_tower(tmp_path):
+    """With the block side on, the merger makes each chunk's tokens from the frozen blocks' outputs exactly as the
+    tower does, layer 0's keys of those tokens are the engine's memory rows, and training moves the merger and the
+    language model but no other weight of the tower."""
+    from streamvid.checkpoints.tiny import build_tiny_checkpoint
+    from streamvid.embedders import ModelEmbedder
+    from streamvid.training.retrieval import layer0_keys
+    from streamvid.training.retrieval_recall import engine_rows
+    from streamvid.types import Context
+
+    base = build_tiny_checkpoint(tmp_path / "m", hidden=32, layers=3)  # layers 1 and 2 learn where to look
+    adapter = QwenVLAdapter(str(base))
+    data = _timeline_data(tmp_path, 10, minutes=0.5)
+    data.encode_chunks(adapter.model, adapter.video_processor, merger_inputs=True)
+    data.merger = adapter.model.model.visual.merger
+    sinks = adapter.encode_text(adapter.sink_text, None)
+    past = Context(sinks.keys, sinks.values, sinks.pos_span)
+    grid = (1, data.cfg.frame_px // CELL_PX, data.cfg.frame_px // CELL_PX)
+    with torch.no_grad():
+        torch.testing.assert_close(data.all_tokens(0), data.tokens[0], atol=1e-5, rtol=1e-5)
+        for c in (0, 7):
+            frames = [data.frame(0, k) for k in data.chunk_frames(c)]
+            encoded = adapter.encode_chunk(frames, past, 1.0, float(c))
+            ours = engine_rows(layer0_keys(adapter.model, data.chunk_tokens(0, data.chunk_frames(c))), grid)
+            np.testing.assert_allclose(ours, ModelEmbedder(adapter).chunk_vector(frames, encoded), atol=1e-5)
+
+    # rounded as a trained checkpoint's weights are saved
+    before = {k: v.to(torch.bfloat16).float() for k, v in adapter.model.state_dict().items()}
+    out = tmp_path / "t"
+    train(TrainConfig(out_dir=out, steps=2, batch=2, n_timelines=1, minutes=0.5, log_every=1, eval_samples=2,
+                      init_from=base, lr=1e-2, block_side=True))
+    after = QwenVLAdapter(str(out)).model.state_dict()
+    merger = [k for k in before if ".visual.merger." in k or k.startswith("visual.merger.")]
+    tower = [k for k in before if (".visual." in k or k.startswith("visual.")) and k not in merger]
+    assert merger and tower
+    assert all(not torch.equal(before[k], after[k]) for k in merger if ".mlp." in k and k.endswith("weight"))
+    assert all(torch.equal(before[k], after[k]) for k in tower)
+    assert any(not torch.equal(before[k], after[k]) for k in before if "language_model.layers.0.self_attn.k_proj" in k)
