@@ -19,6 +19,7 @@ import threading
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+from streamvid.serve.images import fit as square
 from streamvid.types import Frame
 from streamvid_app import validation
 
@@ -65,14 +66,7 @@ def fit(image, px: int | None) -> np.ndarray:
         image = np.stack([image] * 3, axis=-1)
     if image.ndim != 3 or image.shape[2] not in (3, 4) or image.dtype != np.uint8:
         raise FrameRefused(f"expected an RGB image, got shape {image.shape} dtype {image.dtype}")
-    image = image[..., :3]
-    if px is None or image.shape[:2] == (px, px):
-        return np.ascontiguousarray(image)
-    h, w = image.shape[:2]
-    side = min(h, w)
-    top, left = (h - side) // 2, (w - side) // 2
-    square = Image.fromarray(np.ascontiguousarray(image[top:top + side, left:left + side]))
-    return np.asarray(square.resize((px, px), Image.BILINEAR))
+    return square(image[..., :3], px)
 
 
 def prepare(image, max_pixels: int, px: int | None) -> np.ndarray:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import ipaddress
 
 import gradio as gr
 import gradio.utils
 from starlette.middleware import Middleware
 
+from streamvid.net_policy import is_loopback
 from streamvid_app.login import LoginThrottle, check_password
 
 
@@ -25,26 +25,17 @@ def check_bind(host: str, auth: str | None) -> tuple[str, str] | None:
             raise ValueError(f"--auth expects USER:PASS with both parts non-empty, got {len(auth)} characters "
                              f"without that form")
         creds = (user, password)
-        check_password(user, password, loopback=_is_loopback(host))
-    if creds is None and not _is_loopback(host):
+        check_password(user, password, loopback=is_loopback(host))
+    if creds is None and not is_loopback(host):
         raise ValueError(f"refusing to listen on {host} without --auth USER:PASS (or STREAMVID_AUTH): anyone who "
                          f"can reach that address could use the assistant; use --host 127.0.0.1 for local use")
     return creds
 
 
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def launch(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = 7860, auth: tuple[str, str] | None = None,
            max_upload_mb: float = 200.0, block: bool = True) -> gr.Blocks:
     """Serve `demo` (bound to `host`; see check_bind). `block=False` returns once the server is up."""
-    if auth is None and not _is_loopback(host):
+    if auth is None and not is_loopback(host):
         raise ValueError(f"refusing to listen on {host} without auth")
     demo.queue(default_concurrency_limit=None)  # sessions are bounded by the manager, not by the queue
     throttle = [Middleware(LoginThrottle)] if auth is not None else []

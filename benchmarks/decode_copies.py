@@ -1,4 +1,4 @@
-"""Decoding on a long context: the adapter's in-place cache (adapters/hf.py `_BufferLayer`) against transformers'
+"""Decoding on a long context: the adapter's in-place cache (adapters/kv_cache.py `BufferLayer`) against transformers'
 concatenating DynamicCache, side by side in one run on the same model, context and prompt.
 
     python benchmarks/decode_copies.py [--arch 3b|7b] [--layers 2] [--tokens 2064 8256] [--new 32] [--device cpu]

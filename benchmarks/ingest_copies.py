@@ -77,7 +77,7 @@ def main(argv=None) -> dict:
                 times[name].append(dt)
                 if name == "buffer":
                     copied[name] += (buffer.copied_tokens - before) * per_token
-                else:  # concat, then _BufferLayer copies the context into the forward's cache
+                else:  # concat, then BufferLayer copies the context into the forward's cache
                     copied[name] += 2 * ctx.n_tokens * per_token
             out[name] = e
         same &= all(torch.allclose(x.float(), y.float(), rtol=1e-3, atol=1e-3) for x, y in

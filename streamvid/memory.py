@@ -10,8 +10,9 @@ has one vector or several (rows of a (rows, dim) array, e.g. one per region of t
 index entry under the block's id, and scores by its best row. This is the only module that imports faiss.
 
 Thread contract: the engine's scheduler calls `add`, `search`, `ids_at` and `load` (a direct caller of
-Reasoning may call the last three from its own thread); any thread may call `stats`, `flush`, `snapshot` and `close`. Every method takes `_lock` (a leaf lock: nothing else
-is acquired while holding it; FAISS writes need mutual exclusion) for bookkeeping only: the spill thread encodes
+Reasoning may call the last three from its own thread); any thread may call `stats`, `flush`, `snapshot` and
+`close`. Every method takes `_lock` (a leaf lock: nothing else is acquired while holding it; FAISS writes need
+mutual exclusion) for bookkeeping only: the spill thread encodes
 and writes a block outside the lock and then moves it from RAM to disk under it, and `load` reads a spilled
 block outside the lock. `add` quantises outside the lock, and waits (backpressure) only when the spill thread is
 more than a RAM cap behind. Blocks come back from `load` in their original dtype, on the device(s) asked for

@@ -56,6 +56,17 @@ class AddressRefused(ValueError):
     """A URL whose host the guard does not allow, or a resource it does not open; the message says why."""
 
 
+def is_loopback(host: str) -> bool:
+    """A bind address that only this machine reaches: "localhost", 127.0.0.0/8, ::1 (where servers may run without
+    credentials)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def address_kind(address: str) -> str | None:
     """What makes `address` non-public ("loopback", "private", ...), or None for a public address."""
     ip = ipaddress.ip_address(address.split("%", 1)[0])  # drop an IPv6 zone ("fe80::1%eth0")

@@ -15,7 +15,8 @@ next question (`next_question`), trigger probes and narration (`reasoning`), the
 
 Thread contract: `insert`, `finish`, `ask`, `put`, `watch`, `schedule`, `unwatch`, `close` and the properties from
 any thread; the scheduler section from the engine's scheduler thread only (or the caller's thread when it steps
-the engine itself, as a replay does). `on_work` (set by the engine) is called after anything that gives the scheduler work.
+the engine itself, as a replay does). `on_work` (set by the engine) is called after anything that gives the
+scheduler work.
 """
 
 from __future__ import annotations

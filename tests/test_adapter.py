@@ -116,7 +116,7 @@ def test_encoded_chunk_carries_the_vision_tokens_the_decoder_received(adapter):
 
 
 def test_region_keys_pool_the_token_grid_onto_at_most_four_by_four():
-    from streamvid.adapters.hf import region_keys
+    from streamvid.adapters.vectors import region_keys
 
     rng = np.random.default_rng(0)
     keys = rng.standard_normal((2 * 8 * 8, 5)).astype(np.float32)  # 2 frames of an 8 x 8 token grid, raster order

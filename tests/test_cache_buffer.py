@@ -1,4 +1,4 @@
-"""The adapter's cache layer on preallocated buffers (adapters/hf.py `_BufferLayer`): appending in place gives what
+"""The adapter's cache layer on preallocated buffers (adapters/kv_cache.py `BufferLayer`): appending in place gives what
 HF's concatenating DynamicCache gives, and a decode step writes into the same buffer instead of copying the context.
 The reference is transformers' own DynamicCache on the same model and inputs."""
 
@@ -8,7 +8,7 @@ import torch
 from transformers import DynamicCache
 
 from conftest import random_frames
-from streamvid.adapters import hf
+from streamvid.adapters.kv_cache import BufferLayer
 from streamvid.types import Context
 
 
@@ -47,7 +47,7 @@ def test_in_place_appends_equal_the_concatenating_cache(adapter):
             logits, cache = adapter.forward(token, adapter.positions.text_ids(pos + step, 1), None, cache=cache)
             torch.testing.assert_close(logits, ref_logits, rtol=0, atol=1e-6)
     for mine, ref in zip(cache.layers, ref_cache.layers, strict=True):
-        assert isinstance(mine, hf._BufferLayer)
+        assert isinstance(mine, BufferLayer)
         assert mine.get_seq_length() == ref.get_seq_length() == ctx.n_tokens + prompt.shape[1] + 6
         torch.testing.assert_close(mine.keys, ref.keys, rtol=0, atol=1e-6)
         torch.testing.assert_close(mine.values, ref.values, rtol=0, atol=1e-6)
@@ -73,7 +73,7 @@ def test_a_decode_step_writes_into_the_buffer_it_was_given(adapter):
 
 def test_crop_drops_the_last_tokens_like_dynamic_layer():
     keys, values = torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 4)
-    mine = hf._BufferLayer(keys, values, spare=2)
+    mine = BufferLayer(keys, values, spare=2)
     mine.update(torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4))
     ref = DynamicCache(ddp_cache_data=[(mine.keys.clone(), mine.values.clone())]).layers[0]
     for n in (-2, -3):

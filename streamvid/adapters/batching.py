@@ -30,7 +30,8 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
-from streamvid.adapters import hf
+from streamvid.adapters.kv_cache import BufferLayer, buffered_cache
+from streamvid.adapters.vectors import region_keys, unit
 from streamvid.types import ChunkJob, Context, Encoded
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ def stack_positions(positions: Sequence[torch.Tensor], width: int) -> torch.Tens
 
 def right_aligned_cache(adapter: HFVideoAdapter, pasts: Sequence[Context], spare: int) -> DynamicCache:
     """A DynamicCache of batch len(pasts): each row's context right-aligned in max(n_tokens) columns, zeros before
-    it, with room for `spare` more columns (full-attention layers on `_BufferLayer`: later forwards write in
+    it, with room for `spare` more columns (full-attention layers on `BufferLayer`: later forwards write in
     place)."""
     width = max(p.n_tokens for p in pasts)
     cache = DynamicCache(config=adapter.model.config)
@@ -86,7 +87,7 @@ def right_aligned_cache(adapter: HFVideoAdapter, pasts: Sequence[Context], spare
                 k[r, :, width - n:width].copy_(p.keys[i][0])
                 v[r, :, width - n:width].copy_(p.values[i][0])
         if buffered:
-            cache.layers[i] = hf._BufferLayer(k[..., :width, :], v[..., :width, :], spare, room=spare)
+            cache.layers[i] = BufferLayer(k[..., :width, :], v[..., :width, :], spare, room=spare)
         elif width:
             layer.update(k, v)
     return cache
@@ -167,8 +168,8 @@ def _encode_group(adapter: HFVideoAdapter, pasts: Sequence[Context], chunks: Seq
         pre_rope_keys = captured[0][r, new][mask].float()  # (n_video, kv_heads*head_dim)
         scene = (embeds[0][r, new][mask.to(embeds[0].device)].to(torch.float16).cpu().numpy()
                  if embeds else None)
-        out.append(Encoded(keys, values, chunk.pos_span, hf._unit(pre_rope_keys.mean(0)), scene,
-                           hf.region_keys(pre_rope_keys, chunk.grid)))
+        out.append(Encoded(keys, values, chunk.pos_span, unit(pre_rope_keys.mean(0)), scene,
+                           region_keys(pre_rope_keys, chunk.grid)))
     return out
 
 
@@ -317,11 +318,11 @@ def decode(adapter: HFVideoAdapter, decodings: Sequence[Decoding]) -> None:
 
 def _new_batch(adapter: HFVideoAdapter, rows: list[Decoding]) -> _Batch:
     """A cache for `rows`, from each one's own K/V, with room for its pending ids and the tokens it may still
-    generate. A single row: `hf._cache` (a context with room is written in place, as the single-row path does)."""
+    generate. A single row: `buffered_cache` (a context with room is written in place, as the single-row path does)."""
     pasts = [d._own_kv() for d in rows]
     spare = max(len(d._pending()) for d in rows) + max(d.max_new_tokens - len(d.tokens) for d in rows)
     if len(rows) == 1:
-        batch = _Batch(rows, hf._cache(adapter.model.config, pasts[0], spare), None, pasts[0].n_tokens)
+        batch = _Batch(rows, buffered_cache(adapter.model.config, pasts[0], spare), None, pasts[0].n_tokens)
     else:
         filled = max(p.n_tokens for p in pasts)
         batch = _Batch(rows, right_aligned_cache(adapter, pasts, spare),

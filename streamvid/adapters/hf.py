@@ -13,7 +13,6 @@ Nothing here relies on state the HF model keeps between calls (`rope_deltas`): e
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -23,15 +22,15 @@ from pathlib import Path
 import numpy as np
 import torch
 from transformers import AutoModelForImageTextToText, AutoProcessor, DynamicCache
-from transformers.cache_utils import DynamicLayer
 from transformers.utils import logging as hf_logging
 
 from streamvid.adapters import batching
+from streamvid.adapters.kv_cache import buffered_cache
+from streamvid.adapters.vectors import unit
 from streamvid.budget import DTYPE_BYTES, KVShape
 from streamvid.positions import RopePositions
 from streamvid.types import ChunkJob, Context, Encoded
 
-REGION_SIDE = 4  # a block's region vectors: its video tokens pooled onto at most 4 x 4 regions of the frame
 SYSTEM_PROMPT = "You are a helpful assistant watching a live video stream. Answer briefly from what you saw."
 
 
@@ -167,7 +166,7 @@ class HFVideoAdapter:
         ids = self.token_ids(text)
         with self.lock, torch.inference_mode():
             q = mean_queries(self.model, [ids[0].tolist()], self.index_layer, self.device, self.position_axes)[0]
-        return _unit(q)
+        return unit(q)
 
     # ---- answering --------------------------------------------------------------------------------------
     def generate(self, context: Context, prompt: str, max_new_tokens: int,
@@ -225,7 +224,7 @@ class HFVideoAdapter:
         later ones on the returned cache fill in place. `mask`: a 2-D attention mask over the cache and the ids (a
         batch with padding)."""
         if cache is None and use_cache:
-            cache = _cache(self.model.config, past, ids.shape[1] if spare is None else spare)
+            cache = buffered_cache(self.model.config, past, ids.shape[1] if spare is None else spare)
         if mask is not None:
             vision["attention_mask"] = mask.to(self.device)
         out = self.model(input_ids=ids.to(self.device), position_ids=positions.to(self.device), cache=cache,
@@ -331,80 +330,6 @@ class ChatMLAdapter(HFVideoAdapter):
         return f"{turns}{question}<|im_end|>\n<|im_start|>assistant\n"
 
 
-def _cache(config, past: Context | None, spare: int) -> DynamicCache:
-    """A DynamicCache holding `past`, its full-attention layers on _BufferLayer with room for `spare` more tokens:
-    in the caller's buffer when `past.room` has it, else in a copy (other layer kinds, and an empty past, as
-    DynamicCache makes them)."""
-    cache = DynamicCache(config=config)
-    if past is None or not past.n_tokens:
-        return cache
-    for i, (k, v) in enumerate(zip(past.keys, past.values, strict=True)):
-        if type(cache.layers[i]) is DynamicLayer:
-            cache.layers[i] = _BufferLayer(k, v, spare, past.room)
-        else:
-            cache.layers[i].update(k, v)
-    return cache
-
-
-class _BufferLayer(DynamicLayer):
-    """A full-attention cache layer on preallocated buffers: `update` writes the new tokens' K/V after the cached
-    ones, in place, and returns views of the filled part (a full buffer grows to twice its size). So a context is
-    copied once, where DynamicLayer concatenates the whole cache again on every forward (every decoded token).
-
-    The returned K/V are views of buffers this layer writes on later updates: a caller that keeps them beyond the
-    next update copies them (HFAdapter._tail clones a new block's K/V).
-
-    With `room` >= `spare` (Context.room: `keys` and `values` are views into a caller's buffer with that many free
-    tokens after them) the layer works in that buffer and copies nothing."""
-
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, spare: int, room: int = 0):
-        super().__init__()
-        n = keys.shape[-2]
-        # (batch, kv_heads, capacity, head_dim): the caller's buffer, or a copy of the context with room after it
-        if room >= spare:
-            self._k, self._v = (_extended(t, n + room) for t in (keys, values))
-        else:
-            self._k, self._v = (_grown(t, n, n + spare) for t in (keys, values))
-        self._n = n  # tokens filled
-        self.device = keys.device
-        self.is_initialized = True
-        self._expose()
-
-    def _expose(self) -> None:
-        self.keys, self.values = self._k[..., :self._n, :], self._v[..., :self._n, :]
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        end = self._n + key_states.shape[-2]
-        if end > self._k.shape[-2]:
-            self._k, self._v = (_grown(b, self._n, max(end, 2 * b.shape[-2])) for b in (self._k, self._v))
-        self._k[..., self._n:end, :].copy_(key_states)
-        self._v[..., self._n:end, :].copy_(value_states)
-        self._n = end
-        self._expose()
-        return self.keys, self.values
-
-    def crop(self, tokens_to_remove: int) -> None:
-        """Drop the last -`tokens_to_remove` tokens (a negative count), as DynamicLayer.crop; their room is reused."""
-        super().crop(tokens_to_remove)  # checks the argument as DynamicLayer does
-        self._n = self.keys.shape[-2]
-        self._expose()
-
-
-def _extended(view: torch.Tensor, tokens: int) -> torch.Tensor:
-    """The view (batch, kv_heads, n, head_dim) of a buffer, extended to `tokens` along dim 2 into the free room that
-    follows it in the same buffer (same strides: each head's row of the buffer goes on there)."""
-    if view.stride(-1) != 1 or view.stride(-2) != view.shape[-1]:
-        raise ValueError("a context with room must be a token-range view of a (batch, kv_heads, capacity, head_dim) "
-                         "buffer")
-    return view.as_strided((*view.shape[:-2], tokens, view.shape[-1]), view.stride(), view.storage_offset())
-
-
-def _grown(buf: torch.Tensor, filled: int, capacity: int) -> torch.Tensor:
-    out = buf.new_empty((*buf.shape[:-2], capacity, buf.shape[-1]))
-    out[..., :filled, :].copy_(buf[..., :filled, :])
-    return out
-
-
 class _StopForward(Exception):
     """Raised from a hook to end a forward once the layer of interest has run its projection."""
 
@@ -442,26 +367,3 @@ def mean_queries(model, texts: Sequence[Sequence[int]], layer: int, device: torc
     finally:
         handle.remove()
     return torch.stack(out)
-
-
-def region_keys(keys: torch.Tensor, grid: tuple[int, int, int] | None, side: int = REGION_SIDE) -> np.ndarray:
-    """(n_regions, dim) float32 unit rows: `region_pool` of a chunk's (n_video, dim) pre-RoPE keys."""
-    regions = region_pool(keys.float(), grid, side).cpu().numpy().astype(np.float32)
-    return regions / np.linalg.norm(regions, axis=1, keepdims=True).clip(1e-12)
-
-
-def region_pool(keys: torch.Tensor, grid: tuple[int, int, int] | None, side: int = REGION_SIDE) -> torch.Tensor:
-    """(n_regions, dim) from a chunk's (n_video, dim) keys: averaged over the chunk's frames and pooled onto at
-    most `side` x `side` regions of the token grid (the grid itself when it is that small: one row per token);
-    without a grid, over at most side**2 runs of consecutive tokens. Differentiable (training uses it too)."""
-    if grid is not None and math.prod(grid) == keys.shape[0]:
-        frames, rows, cols = grid
-        cells = keys.reshape(frames, rows, cols, -1).mean(0).permute(2, 0, 1)  # (dim, rows, cols)
-        pooled = torch.nn.functional.adaptive_avg_pool2d(cells, (min(rows, side), min(cols, side)))
-        return pooled.flatten(1).T
-    return torch.stack([run.mean(0) for run in torch.tensor_split(keys, min(len(keys), side * side))])
-
-
-def _unit(v: torch.Tensor) -> np.ndarray:
-    v = v.float().cpu().numpy().astype(np.float32)
-    return v / max(float(np.linalg.norm(v)), 1e-12)

@@ -16,7 +16,7 @@ __all__ = ["Hub", "ServeOptions", "build_app"]
 
 def __getattr__(name: str):  # lazily: `streamvid --help` registers the command without loading torch
     if name in ("Hub", "ServeOptions"):
-        from streamvid.serve import hub
+        import streamvid.serve.hub as hub
 
         return getattr(hub, name)
     if name == "build_app":

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from streamvid.assistant import BusyError, StreamingAssistant
 from streamvid.engine import EngineFull
-from streamvid.serve import images
+import streamvid.serve.images as images
 from streamvid.serve.errors import BadRequest, Busy, Conflict, NotFound, Unavailable, finite
 from streamvid.serve.policy import SourcePolicy
 from streamvid.user_text import clean

@@ -27,7 +27,8 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from streamvid.serve import openai_api, realtime
+import streamvid.serve.openai_api as openai_api
+import streamvid.serve.realtime as realtime
 from streamvid.serve.errors import BadRequest, ServeError, TooLarge, wire_error
 from streamvid.serve.images import media_type
 from streamvid.serve.web import GetBackend, StrictJSONResponse, check_key, error_response, event_name, sse

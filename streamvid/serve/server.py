@@ -12,13 +12,13 @@ group (name `page`; the web app registers `streamvid_app.mount:page`), since the
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from contextlib import asynccontextmanager
 from importlib.metadata import entry_points
 
 from fastapi import FastAPI
 
+from streamvid.net_policy import is_loopback
 from streamvid.serve.hub import Hub, ServeOptions, model_id
 from streamvid.serve.routes import create_app
 from streamvid.serve.service import HubService
@@ -65,15 +65,6 @@ def mount_ui(app: FastAPI, engine, options: ServeOptions):
     gradio.mount_gradio_app(app, blocks, path="/", auth=("api", options.api_key) if options.api_key else None,
                             ssr_mode=False, footer_links=["api"])
     return getattr(blocks, "streamvid_close", lambda: None)
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def check_bind(host: str, api_key: str | None) -> None:

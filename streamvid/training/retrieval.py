@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from streamvid.adapters.hf import _unit, region_pool
+from streamvid.adapters.vectors import region_pool, unit
 from streamvid.adapters.qwen2_5_vl import mean_queries
 from streamvid.embedders import REGION_WEIGHT
 from streamvid.synth.questions import FAMILIES, frames_show, mentions
@@ -132,7 +132,7 @@ def retrieval_check(model, data, tokenizer, every_s: float = 5.0, names_every_s:
 
     def vector(text: str) -> np.ndarray:
         if text not in vectors:
-            vectors[text] = _unit(mean_queries(model, [tokenizer.encode(text, add_special_tokens=False)], 0)[0])
+            vectors[text] = unit(mean_queries(model, [tokenizer.encode(text, add_special_tokens=False)], 0)[0])
         return vectors[text]
 
     for ti in data.eval_ids:

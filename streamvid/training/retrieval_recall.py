@@ -13,14 +13,14 @@ from collections import defaultdict
 import numpy as np
 import torch
 
-from streamvid.adapters.hf import _unit, region_keys
+from streamvid.adapters.vectors import region_keys, unit
 from streamvid.embedders import REGION_WEIGHT, distinct_rows
 
 
 def engine_rows(keys: torch.Tensor, grid: tuple[int, int, int] | None) -> np.ndarray:
     """(rows, dim) float32: a block's memory rows from its video tokens' (n_video, dim) pre-RoPE keys, as
     `ModelEmbedder.chunk_vector` makes them from the adapter's `Encoded`."""
-    vector = _unit(keys.float().mean(0))
+    vector = unit(keys.float().mean(0))
     regions = distinct_rows(region_keys(keys, grid))
     return ((vector[None] + REGION_WEIGHT * regions) / (1 + REGION_WEIGHT)).astype(np.float32)
 
