@@ -17,11 +17,7 @@ import tempfile
 
 def register(sub: argparse._SubParsersAction) -> None:
     from streamvid.cli_engine import add_engine_args
-    from streamvid.config import BUNDLED_MODEL, EngineConfig
-
-    d = EngineConfig()
     dm = sub.add_parser("demo", help="the web assistant: webcam, demo clips, uploads, URLs; chat, alerts, API")
-    dm.add_argument("--model", default=str(BUNDLED_MODEL), help="HF checkpoint directory or id (default: bundled)")
     dm.add_argument("--video", default=None, help="a video file, URL or cam:N to offer first (default: demo clips)")
     dm.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
                     help="address to bind (default: $GRADIO_SERVER_NAME, else 127.0.0.1); other than loopback "
@@ -29,9 +25,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     dm.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", "7860")))
     dm.add_argument("--auth", default=None, metavar="USER:PASS", help="login for the page and API "
                     "(default: $STREAMVID_AUTH)")
-    dm.add_argument("--fps", type=float, default=d.fps)
-    dm.add_argument("--frame-px", type=int, default=112, help="frames are resized to N x N (the bundled model: 112)")
-    dm.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
     dm.add_argument("--max-sessions", type=int, default=None,
                     help="browser tabs / API clients served at once (default: the engine's --max-streams)")
     dm.add_argument("--max-sessions-per-client", type=int, default=None, metavar="N",
@@ -46,8 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="let URLs reach loopback, LAN and other non-public addresses (cameras on your network)")
     dm.add_argument("--max-outage-s", type=float, default=300.0,
                     help="give up on a URL that sends no frames for this long (it is reopened until then)")
-    dm.add_argument("--narrate", action="store_true", help="sessions start with narration on (a page can switch)")
-    add_engine_args(dm, d)
+    add_engine_args(dm)
     dm.set_defaults(func=cmd_demo)
 
 
@@ -63,7 +55,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     auth = args.auth if args.auth is not None else os.environ.get("STREAMVID_AUTH") or None
     creds = check_bind(args.host, auth)  # refused before the model is loaded
-    cfg = engine_config(args, frame_px=args.frame_px, max_new_tokens=args.max_new_tokens, narrate=args.narrate)
+    cfg = engine_config(args)
     check_model(cfg.model)
     cap_decoded_pixels(args.max_frame_pixels)  # the web framework decodes webcam frames itself
     # this server's own upload folder (under $GRADIO_TEMP_DIR when set), removed with everything in it at shutdown

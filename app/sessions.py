@@ -82,7 +82,7 @@ class Session:
         self._closed = False
         self._webcam_armed = True
         self._last_webcam_s: float | None = None
-        self.narrate = config.narrate  # remarks without being asked, for streams started from now on
+        self.narrate = config.narration.on  # remarks without being asked, for streams started from now on
         self.last_active_s = time.monotonic()
 
     @property
@@ -262,7 +262,7 @@ class Session:
                         "source": self._last_stats.get("source") if self._last_stats else None}
             error = stream.error
         sa = stream.sa
-        return {**base, **sa.stats(), "narrate": sa.config.narrate, "t_s": round(sa.latest_t_s, 3),
+        return {**base, **sa.stats(), "narrate": sa.config.narration.on, "t_s": round(sa.latest_t_s, 3),
                 "wall_s": round(time.monotonic() - stream.started_s, 2), "source": stream.label,
                 "running": error is None and not sa.ended, "ended": sa.ended,
                 "error": error}
@@ -342,7 +342,7 @@ class Session:
 
     def _new_assistant(self) -> StreamingAssistant:
         """A fresh assistant on the shared model, watching the session's standing conditions (under new ids)."""
-        config = self.config if self.config.narrate == self.narrate else self.config.replace(narrate=self.narrate)
+        config = self.config if self.config.narration.on == self.narrate else self.config.replace(narrate=self.narrate)
         sa = StreamingAssistant(config, engine=self.engine)
         if self._conditions and triggers_available():
             with self._cond:
@@ -352,7 +352,7 @@ class Session:
 
     def _take_assistant(self) -> StreamingAssistant:
         sa, self._prepared = self._prepared, None
-        if sa is not None and sa.config.narrate != self.narrate:  # narration was switched since watch() made it
+        if sa is not None and sa.config.narration.on != self.narrate:  # narration was switched since watch() made it
             sa.stop()
             sa = None
         return sa if sa is not None else self._new_assistant()

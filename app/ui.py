@@ -72,7 +72,7 @@ def build_demo(manager: SessionManager, ask_timeout_s: float = 120.0) -> gr.Bloc
                     question = gr.Textbox(placeholder="Ask about the stream, e.g. How many shapes are on screen?",
                                           show_label=False, scale=5, elem_id="sv-question")
                     ask_btn = gr.Button("Ask", variant="primary", scale=1, elem_id="sv-ask")
-                watch = _trigger_panel(manager.config.narrate)
+                watch = _trigger_panel(manager.config.narration.on)
                 timeline = gr.HTML(_timeline_html([], None), elem_id="sv-timeline")
         page = _Page(page_now, page_frame, page_stats, chat, timeline, watch["list"], gr.State(_UNSEEN))
         _wire_inputs(manager, inputs, page, fps)

@@ -71,7 +71,7 @@ def main(clips: list[Path], choices: list[tuple[str, float]] = CHOICES) -> dict:
     report = {"choices": []}
     choices = [("float", 1.0)] + [c for c in choices if c != ("float", 1.0)]  # the reference comes first
     for kind, keep in choices:
-        cfg = EngineConfig(max_new_tokens=12, memory_kv=kind, memory_keep=keep)
+        cfg = EngineConfig.from_settings(max_new_tokens=12, memory_kv=kind, memory_keep=keep)
         texts, right, errors, stored, seconds = [], [], [], 0, 0.0
         t0 = time.perf_counter()
         for clip in clips:

@@ -112,7 +112,7 @@ def main() -> None:
     p.add_argument("--device", default="cpu")
     p.add_argument("--http", action="store_true")
     args = p.parse_args()
-    cfg = EngineConfig(model=args.model, device=args.device, fps=args.fps, frame_px=112)
+    cfg = EngineConfig.from_settings(model=args.model, device=args.device, fps=args.fps, frame_px=112)
     images = clip_frames(args.frames, args.fps)
     result = {"fps": args.fps, "model": Path(args.model).name, "device": args.device, **engine_latency(cfg, images)}
     if args.http:

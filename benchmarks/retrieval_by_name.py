@@ -71,7 +71,7 @@ def collect(paths: list[Path], adapter, embedder, config: EngineConfig, k: int,
     questions]); per name the questions as (block rows, which blocks show the name, engine query); [top k equal to
     the trace's, compared]."""
     chunk_s = config.frames_per_chunk / config.fps
-    window_blocks = round(config.window_s / chunk_s)  # the default window: window_s of blocks
+    window_blocks = round(config.window.seconds / chunk_s)  # the default window: window_s of blocks
     tally = RecallTally(k)
     items: dict[str, list] = defaultdict(list)
     agree = [0, 0]
@@ -107,7 +107,7 @@ def main() -> None:
     p.add_argument("--top-k", type=int, default=4)
     p.add_argument("--fit-on", nargs="+", type=Path, default=[], metavar="EPISODES")
     args = p.parse_args()
-    config = EngineConfig(model=args.model)
+    config = EngineConfig.from_settings(model=args.model)
     adapter = adapter_for(config)
     embedder = make_embedder(config, adapter)
     answers = {}

@@ -103,7 +103,7 @@ def timing(ep: dict, adapter, timeline: Timeline, cfg: EngineConfig) -> dict:
 def gate(ep: dict, adapter, timeline: Timeline, cfg: EngineConfig) -> dict:
     sa = StreamingAssistant(cfg, adapter=adapter)
     src = FileSource(ep["video"]["path"], fps=cfg.fps)
-    g = ChangeGate(cfg.gate_min_novelty, cfg.gate_max_skip_s, cfg.gate_follow_up)
+    g = ChangeGate(cfg.triggers.gate_min_novelty, cfg.triggers.gate_max_skip_s, cfg.triggers.gate_follow_up)
     ref, unchanged, skipped_unchanged, changes, late, lag, pending = None, 0, 0, 0, 0, [], None
     prev = None
     while (f := src.read()) is not None:
@@ -138,14 +138,14 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("episodes", type=Path, nargs="+")
     p.add_argument("--model", default=EngineConfig().model)
-    p.add_argument("--gate-min-novelty", type=float, default=EngineConfig().gate_min_novelty)
+    p.add_argument("--gate-min-novelty", type=float, default=EngineConfig().triggers.gate_min_novelty)
     args = p.parse_args(argv)
-    cfg = EngineConfig(model=args.model, gate_min_novelty=args.gate_min_novelty)
-    adapter = load_adapter(cfg.model, cfg.device, cfg.dtype, cfg.index_layer)
+    cfg = EngineConfig.from_settings(model=args.model, gate_min_novelty=args.gate_min_novelty)
+    adapter = load_adapter(cfg.model, cfg.device, cfg.dtype, cfg.memory.index_layer)
     for path in args.episodes:
         for ep in load_episodes(path):
             timeline = Timeline(path.parent / ep["meta"]["timeline"])
-            print(json.dumps({"episode_id": ep["episode_id"], "gate_min_novelty": cfg.gate_min_novelty,
+            print(json.dumps({"episode_id": ep["episode_id"], "gate_min_novelty": cfg.triggers.gate_min_novelty,
                               "timing_with_timeline_probes": timing(ep, adapter, timeline, cfg),
                               "change_gate": gate(ep, adapter, timeline, cfg)}), flush=True)
     return 0

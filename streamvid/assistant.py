@@ -1,6 +1,6 @@
 """StreamingAssistant: one stream on an engine, fed from a source, answering questions and watching for events.
 
-    with StreamingAssistant(EngineConfig(model=...)) as sa:
+    with StreamingAssistant(EngineConfig.from_settings(model=...)) as sa:
         sa.start(open_source("clip.mp4", fps=2.0, realtime=True))
         qid = sa.ask("What colour is the circle?")
         tid = sa.watch("a blue star")                      # a standing trigger: an "alert" when it holds
@@ -305,7 +305,7 @@ class StreamingAssistant:
         saved = config is None
         config = config or session_store.config_from(meta)
         session_store.check_model(directory, meta, config.model)
-        session_store.check_embedder(directory, meta, embedder_name(config.embedder))
+        session_store.check_embedder(directory, meta, embedder_name(config.memory.embedder))
         snap = session_store.load(directory, meta=meta)
         try:
             sa = cls(config, adapter, engine)
@@ -338,9 +338,9 @@ class StreamingAssistant:
                                                           ["blocks"]))
             else:
                 try:
-                    memory = LongTermMemory.restore(snap.memory_dir, self.config.memory_ram_mb,
-                                                    self.config.memory_disk_mb, self.config.memory_dir,
-                                                    kv=self.config.memory_kv, keep=self.config.memory_keep)
+                    memory = LongTermMemory.restore(snap.memory_dir, self.config.memory.ram_mb,
+                                                    self.config.memory.disk_mb, self.config.memory.dir,
+                                                    kv=self.config.memory.kv, keep=self.config.memory.keep)
                 except (ValueError, KeyError, OSError, RuntimeError) as e:
                     raise session_store.SnapshotError(
                         f"session {directory} is damaged: its long-term memory cannot be read ({e}); remove the "

@@ -33,6 +33,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from streamvid.config import DEFAULTS
+
 QUESTIONS = ("How many shapes are there?", "What colour is the circle?", "Which shape is the red one?",
              "Do you see a blue star?", "What was on screen before?")
 
@@ -41,9 +43,9 @@ QUESTIONS = ("How many shapes are there?", "What colour is the circle?", "Which 
 class BenchConfig:
     arch: str = "tiny"  # "tiny": the bundled model; "3b" / "7b": Qwen2.5-VL architectures with random weights
     layers: int | None = None  # fewer decoder layers (and vision blocks) at the real width
-    device: str = "auto"
-    dtype: str = "auto"
-    fps: float = 2.0
+    device: str = DEFAULTS.device
+    dtype: str = DEFAULTS.dtype
+    fps: float = DEFAULTS.fps
     frame_px: int | None = None  # None: 112 for tiny, 448 for 3b / 7b
     minutes: tuple[float, ...] = (1.0, 5.0, 10.0, 60.0, 180.0)  # stream lengths at which TTFT is measured
     questions: int = 5  # per checkpoint, with and without retrieval
@@ -51,7 +53,7 @@ class BenchConfig:
     repeats: int = 3  # re-encoding runs per N (median)
     interference_s: float = 60.0  # stream seconds of the live run with a question per second
     max_new_tokens: int = 4
-    memory_top_k: int = 4
+    memory_top_k: int = DEFAULTS.memory.top_k
     quick_run: bool = False  # made by quick(): the many-streams phases are shorter too
     streams: tuple[int, ...] = ()  # stream counts for the many-streams measurement alone (bench_streams.py)
     streams_seconds: float | None = None  # its real-time phase in wall seconds (None: StreamsConfig's)
@@ -75,7 +77,7 @@ def load(cfg: BenchConfig):
     if cfg.arch == "tiny":
         if cfg.layers is not None:
             raise ValueError("--layers applies to --arch 3b / 7b (the bundled model runs whole)")
-        return adapter_for(EngineConfig(device=cfg.device, dtype=cfg.dtype))
+        return adapter_for(EngineConfig.from_settings(device=cfg.device, dtype=cfg.dtype))
     from streamvid.checkpoints.random_arch import random_adapter
 
     return random_adapter(cfg.arch, cfg.layers, device=cfg.device, dtype=cfg.dtype)
@@ -236,7 +238,7 @@ def _interference(adapter, cfg: BenchConfig, frames: list[np.ndarray], log) -> d
 def _engine_config(cfg: BenchConfig):
     from streamvid.config import EngineConfig
 
-    return EngineConfig(model="bench", device=cfg.device, dtype=cfg.dtype, fps=cfg.fps,
+    return EngineConfig.from_settings(model="bench", device=cfg.device, dtype=cfg.dtype, fps=cfg.fps,
                         max_new_tokens=cfg.max_new_tokens, memory_top_k=cfg.memory_top_k, dialogue_turns=0)
 
 

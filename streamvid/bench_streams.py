@@ -45,7 +45,7 @@ def run_streams(adapter, engine_config, cfg: StreamsConfig, frames: list[np.ndar
         entry = {"n": n, "fps_per_stream": cfg.fps}
         for way, batch in (("batched", None), ("unbatched", 1)):
             config = engine_config.replace(max_new_tokens=cfg.max_new_tokens, max_streams=max(n, 1),
-                                           max_batch=engine_config.max_batch if batch is None else batch)
+                                           max_batch=engine_config.scheduler.max_batch if batch is None else batch)
             live = _real_time(adapter, config, cfg, n, frames)
             saturated = _saturated(adapter, config, cfg, n, frames)
             entry[way] = {**live, "saturated_frames_per_s": saturated}

@@ -145,17 +145,17 @@ def budgets(shape: KVShape, tokens_per_chunk: int, config) -> Budgets:
     seconds_per_chunk = config.frames_per_chunk / config.fps
     window_tokens = window_tokens_for(config, shape)
     return Budgets(shape, tokens_per_chunk, seconds_per_chunk, window_tokens,
-                   None if window_tokens is not None else config.window_s,
-                   int(config.memory_ram_mb * 2**20), int(config.memory_disk_mb * 2**20),
-                   config.memory_kv, config.memory_keep)
+                   None if window_tokens is not None else config.window.seconds,
+                   int(config.memory.ram_mb * 2**20), int(config.memory.disk_mb * 2**20),
+                   config.memory.kv, config.memory.keep)
 
 
 def window_tokens_for(config, shape: KVShape) -> int | None:
     """The window's token budget when it is set in tokens or MB; None when it is set in seconds."""
-    if config.window_tokens is not None:
-        return config.window_tokens
-    if config.window_mb is not None:
-        return max(1, int(config.window_mb * 2**20) // shape.bytes_per_token)
+    if config.window.tokens is not None:
+        return config.window.tokens
+    if config.window.mb is not None:
+        return max(1, int(config.window.mb * 2**20) // shape.bytes_per_token)
     return None
 
 

@@ -114,8 +114,7 @@ def _print(obj: dict) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     offline_if_local(args.model, embedder_checkpoint(args))
-    cfg = engine_config(args, max_new_tokens=args.max_new_tokens,
-                         frame_px=args.frame_px, narrate=args.narrate)
+    cfg = engine_config(args)
     check_model(cfg.model)
     asks = sorted(args.ask, key=lambda a: a[0])
     watches = sorted(args.watch, key=lambda a: a[0])
@@ -212,8 +211,7 @@ def cmd_score(args: argparse.Namespace) -> int:
         report = write_reports(load_all(args.episodes), args.from_trace, args.out, [str(p) for p in args.episodes],
                                plots=not args.no_plots)
     else:
-        cfg = engine_config(args, max_new_tokens=args.max_new_tokens,
-                             frame_px=args.frame_px)
+        cfg = engine_config(args)
         check_model(cfg.model)
         report = score_files(args.episodes, cfg, args.out, mode=args.mode, resume=args.resume,
                              plots=not args.no_plots, ray=args.ray, ray_workers=args.ray_workers,
@@ -287,34 +285,27 @@ def cmd_make_tiny(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from streamvid.config import BUNDLED_MODEL, EngineConfig
+    from streamvid.config import BUNDLED_MODEL
 
-    d = EngineConfig()
     p = argparse.ArgumentParser(prog="streamvid", description="Online streaming video-LLM assistant.")
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="watch a video file, URL or camera and answer questions (JSON lines)")
     r.add_argument("video", type=_video, help="video file, URL (rtsp/http), cam:N, or a demo clip's name (shapes_7)")
-    r.add_argument("--model", default=str(BUNDLED_MODEL), help="HF checkpoint directory or id (default: bundled)")
     r.add_argument("--ask", action="append", type=_ask, default=[], metavar="T:QUESTION",
                    help='a question at stream time T; "T:Tell me when ..." is acknowledged at T and alerts later')
     r.add_argument("--watch", action="append", type=_watch, default=[], metavar="T:CONDITION",
                    help='a standing trigger from stream time T, e.g. "0:a blue star" (an alert each time it holds)')
-    r.add_argument("--narrate", action="store_true", help="comment on the scene when it changes")
-    r.add_argument("--fps", type=float, default=d.fps)
     r.add_argument("--realtime", action="store_true", help="pace a file to the wall clock (live semantics)")
-    r.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
-    r.add_argument("--frame-px", type=int, default=None, help="resize frames to N x N first")
-    add_engine_args(r, d)
     r.add_argument("--session", type=Path, default=None, metavar="DIR",
                    help="resume the session saved in DIR (if any) and save it there on exit")
     r.add_argument("--autosave-s", type=_positive, default=None, metavar="S",
                    help="with --session: also save every S seconds (a crash loses at most S seconds)")
+    add_engine_args(r)
     r.set_defaults(func=cmd_run)
 
     sc = sub.add_parser("score", help="replay stream episodes through the engine and score the answers")
     sc.add_argument("episodes", type=Path, nargs="+", help="stream-episode JSONL files")
-    sc.add_argument("--model", default=str(BUNDLED_MODEL))
     sc.add_argument("--out", type=Path, default=Path("runs/score"))
     sc.add_argument("--from-trace", type=Path, default=None, help="re-score a trace without running the model")
     sc.add_argument("--mode", choices=("native", "replay"), default="native",
@@ -326,10 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--ray-workers", type=int, default=None, help="Ray actors (default: one per CPU, or per GPU)")
     sc.add_argument("--judge", default=None, metavar="MODEL",
                     help="an LLM judge (HF checkpoint directory or id) for the open-ended answers")
-    sc.add_argument("--frame-px", type=int, default=None, help="resize frames to N x N first")
-    sc.add_argument("--fps", type=float, default=d.fps)
-    sc.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
-    add_engine_args(sc, d)
+    add_engine_args(sc)
     sc.set_defaults(func=cmd_score)
 
     bn = sub.add_parser("bench", help="ingest rate, TTFT against stream length, memory, re-encoding baseline")

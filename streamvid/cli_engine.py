@@ -9,9 +9,6 @@ import json
 import os
 from pathlib import Path
 
-from streamvid.budget import MEMORY_KINDS
-from streamvid.retrieval import MEMORY_ENCODINGS
-
 
 def offline_if_local(*models: str | None) -> None:
     """Offline (HF_HUB_OFFLINE=1) when every model is a local directory, like the bundled one; a hub id keeps
@@ -20,54 +17,48 @@ def offline_if_local(*models: str | None) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def add_engine_args(parser: argparse.ArgumentParser, d) -> None:
-    """Model placement and budgets, shared by run, demo and score."""
-    parser.add_argument("--device", default=d.device, help="auto (CUDA when there is a GPU), cpu, cuda, cuda:N")
-    parser.add_argument("--dtype", default=d.dtype, choices=("auto", "bfloat16", "float16", "float32"),
-                        help="auto: bfloat16 on CUDA, float32 on the CPU")
-    parser.add_argument("--device-map", default=d.device_map, metavar="MAP",
-                        help="'auto': spread a checkpoint that does not fit one device (needs accelerate)")
-    parser.add_argument("--attn", default=d.attn, choices=("auto", "sdpa", "flash_attention_2", "eager"),
-                        help="attention kernel (auto: flash-attention 2 on CUDA when installed, else SDPA)")
-    parser.add_argument("--window-s", type=float, default=d.window_s, help="KV window in seconds of video")
-    parser.add_argument("--window-mb", type=float, default=None, help="KV window in MB of KV (instead of seconds)")
-    parser.add_argument("--window-tokens", type=int, default=d.window_tokens,
-                        help="KV window in tokens (instead of seconds)")
-    parser.add_argument("--memory-top-k", type=int, default=d.memory_top_k,
-                        help="blocks retrieved from long-term memory per question (0 turns retrieval off)")
-    parser.add_argument("--dialogue-turns", type=int, default=d.dialogue_turns, metavar="N",
-                        help="earlier question/answer pairs kept as context for the next question (0: none; "
-                             "default %(default)s); score: an episode's protocol may set its own")
-    parser.add_argument("--memory-ram-mb", type=float, default=d.memory_ram_mb, help="long-term memory in RAM")
-    parser.add_argument("--memory-disk-mb", type=float, default=d.memory_disk_mb, help="long-term memory on disk")
-    parser.add_argument("--memory-kv", default=d.memory_kv, choices=MEMORY_KINDS,
-                        help="how long-term KV blocks are stored (int8: 1 byte per element, int4: 0.56)")
-    parser.add_argument("--memory-encoding", default=None, choices=MEMORY_ENCODINGS,
-                        help="what memory keeps of a block: its KV from the window, or the chunk encoded again after "
-                             "the sinks alone (default: sinks for a streamvid-trained model, else window)")
-    parser.add_argument("--memory-keep", type=float, default=d.memory_keep,
-                        help="share of each long-term block's tokens kept (1: all)")
-    parser.add_argument("--retrieve-for-now", action="store_true",
-                        help="search long-term memory for questions about the present moment too (by default they "
-                             "are answered from the recent window; see streamvid/scope.py)")
-    parser.add_argument("--index-layer", type=int, default=None,
-                        help="decoder layer of the retrieval vectors (default: retrieval.default_index_layer)")
-    parser.add_argument("--max-streams", type=int, default=d.max_streams, metavar="N",
-                        help="streams one engine serves at once (more are refused)")
-    parser.add_argument("--max-batch", type=int, default=d.max_batch, metavar="N",
-                        help="streams whose chunks, probes and decode steps share one batched forward (1: one "
-                             "forward per stream)")
-    parser.add_argument("--idle-release-s", type=float, default=d.idle_release_s, metavar="S",
-                        help="a stream without frames this long moves its window KV off the device until its next "
-                             "frame (default: never)")
-    parser.add_argument("--engine-kv-mb", type=float, default=d.engine_kv_mb, metavar="MB",
-                        help="device KV of all streams' windows together; a stream that would pass it is refused")
-    parser.add_argument("--engine-memory-mb", type=float, default=d.engine_memory_mb, metavar="MB",
-                        help="host RAM of all streams' long-term memories together (their --memory-ram-mb); a stream "
-                             "that would pass it is refused")
-    parser.add_argument("--embedder", default=d.embedder, metavar="model|clip:ID",
-                        help="retrieval vectors: the model's own (model), or a CLIP/SigLIP checkpoint's image and "
-                             "text features (clip:HF_ID or clip:DIR)")
+def add_engine_args(parser: argparse.ArgumentParser) -> None:
+    """Every engine setting that has a flag (config.opt with help), generated from EngineConfig: `--memory-top-k`
+    sets `memory_top_k`, its default is the config's. Shared by run, score, demo and serve; each section is one
+    group of the help."""
+    from streamvid.config import DEFAULTS, setting_fields
+
+    groups = {}
+    parser.add_argument("--model", default=DEFAULTS.model, help="HF checkpoint directory or id (default: bundled)")
+    for section, f in setting_fields():
+        help = f.metadata["help"]
+        if help is None:
+            continue
+        if section not in groups:
+            groups[section] = parser.add_argument_group(f"engine: {section}" if section else "engine")
+        name = f.metadata["setting"]
+        default = DEFAULTS.settings()[name]
+        kinds = {k.strip() for k in str(f.type).split("|")}
+        kw = dict(f.metadata["flag"])
+        if "bool" in kinds:
+            kw["action"] = argparse.BooleanOptionalAction
+        else:
+            kw["type"] = int if "int" in kinds else float if "float" in kinds else str
+            if "choices" not in kw:
+                kw.setdefault("metavar", {int: "N", float: "X"}.get(kw["type"], "TEXT"))
+            if default is not None:
+                help += " (default %(default)s)"
+        groups[section].add_argument("--" + name.replace("_", "-"), dest=name, default=default, help=help, **kw)
+
+
+def engine_config(args: argparse.Namespace, **settings):
+    """The EngineConfig of the engine flags in `args` (and `settings` over them). A streamvid-trained model's
+    frame size is the default of --frame-px (model_folder.default_frame_px)."""
+    from streamvid.config import SETTINGS, EngineConfig
+    from streamvid.model_folder import default_frame_px
+
+    given = {name: getattr(args, name) for name in SETTINGS if hasattr(args, name)}
+    config = EngineConfig.from_settings(**{**given, **settings})
+    if config.frame_px is None:
+        px = default_frame_px(config.model)
+        if px is not None:
+            config = config.replace(frame_px=px)
+    return config
 
 
 def embedder_checkpoint(args: argparse.Namespace) -> str | None:
@@ -76,21 +67,6 @@ def embedder_checkpoint(args: argparse.Namespace) -> str | None:
     from streamvid.embedders import embedder_model
 
     return embedder_model(args.embedder)
-
-
-def engine_config(args: argparse.Namespace, **fields):
-    from streamvid.config import EngineConfig
-
-    return EngineConfig(model=args.model, device=args.device, dtype=args.dtype, device_map=args.device_map,
-                        attn=args.attn, window_s=args.window_s, window_mb=args.window_mb,
-                        window_tokens=args.window_tokens, memory_top_k=args.memory_top_k,
-                        dialogue_turns=args.dialogue_turns,
-                        memory_ram_mb=args.memory_ram_mb,
-                        memory_disk_mb=args.memory_disk_mb, memory_kv=args.memory_kv, memory_keep=args.memory_keep,
-                        memory_encoding=args.memory_encoding, index_layer=args.index_layer, embedder=args.embedder,
-                        retrieve_for_now=args.retrieve_for_now, fps=args.fps, max_streams=args.max_streams,
-                        max_batch=args.max_batch, idle_release_s=args.idle_release_s,
-                        engine_kv_mb=args.engine_kv_mb, engine_memory_mb=args.engine_memory_mb, **fields)
 
 
 def check_model(model: str) -> None:

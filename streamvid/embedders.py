@@ -111,8 +111,8 @@ def embedder_name(spec: str) -> str:
 
 
 def make_embedder(config, adapter: VideoLLMAdapter) -> Embedder:
-    """The embedder `config.embedder` asks for; a CLIP/SigLIP model runs on the adapter's device."""
-    name = embedder_name(config.embedder)
+    """The embedder `config.memory.embedder` asks for; a CLIP/SigLIP model runs on the adapter's device."""
+    name = embedder_name(config.memory.embedder)
     if name == "model":
         return ModelEmbedder(adapter)
     return _clip(name.removeprefix("clip:"), str(getattr(adapter, "device", "cpu")))

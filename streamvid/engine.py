@@ -60,8 +60,8 @@ class Engine:
                  max_streams: int | None = None, max_batch: int | None = None):
         self.config = config = config or EngineConfig()
         self.adapter = adapter or adapter_for(config)
-        self.max_streams = max_streams or config.max_streams
-        self.max_batch = max_batch or config.max_batch
+        self.max_streams = max_streams or config.scheduler.max_streams
+        self.max_batch = max_batch or config.scheduler.max_batch
         self.embedder = make_embedder(config, self.adapter)  # where retrieval vectors come from (embedders.py)
         sinks = self.adapter.encode_text(self.adapter.sink_text, None)
         self.sinks = Block(id=-1, t_start_s=0.0, t_end_s=0.0, keys=sinks.keys, values=sinks.values, pos_start=0,
@@ -99,13 +99,13 @@ class Engine:
 
     def _check_budgets(self, open_configs: list[EngineConfig], config: EngineConfig) -> None:
         """EngineFull when one more stream with `config` would pass the engine's KV or host-memory cap."""
-        if (cap := self.config.engine_kv_mb) is not None:
+        if (cap := self.config.scheduler.kv_mb) is not None:
             kv = sum(self.window_mb(c) for c in (*open_configs, config))
             if kv > cap + 1e-9:
                 raise EngineFull(f"one more stream would hold {kv:,.1f} MB of window KV on this engine, over its "
                                  f"--engine-kv-mb {cap:g}; close a stream or give streams a smaller window")
-        if (cap := self.config.engine_memory_mb) is not None:
-            ram = sum(c.memory_ram_mb for c in (*open_configs, config) if c.memory_top_k > 0)
+        if (cap := self.config.scheduler.memory_mb) is not None:
+            ram = sum(c.memory.ram_mb for c in (*open_configs, config) if c.memory.top_k > 0)
             if ram > cap + 1e-9:
                 raise EngineFull(f"one more stream would let long-term memories hold {ram:,.0f} MB of RAM on this "
                                  f"engine, over its --engine-memory-mb {cap:g}; close a stream or lower "
@@ -115,7 +115,7 @@ class Engine:
         """The KV window a stream with `config` holds when full: at frame_px (448 px frames when frames keep
         their size), in MB."""
         px = config.frame_px or 448
-        key = (px, config.frames_per_chunk, config.fps, config.window_s, config.window_tokens, config.window_mb)
+        key = (px, config.frames_per_chunk, config.fps, config.window.seconds, config.window.tokens, config.window.mb)
         if key not in self._window_mb:
             tokens = self.adapter.tokens_per_chunk(px, px, config.frames_per_chunk)
             held = budgets(self.adapter.kv_shape, tokens, config).window_tokens_held
@@ -213,7 +213,7 @@ class Engine:
             if s.released:
                 if not s.idle:
                     self._guard(s, s.restore)
-            elif (after := s.config.idle_release_s) is not None and now - s.last_frame_s > after and s.idle:
+            elif (after := s.config.scheduler.idle_release_s) is not None and now - s.last_frame_s > after and s.idle:
                 self._guard(s, s.release)
 
     def run_until_idle(self) -> None:
@@ -243,7 +243,7 @@ class Engine:
         a = s.reasoning.begin(q, s.emit, snapshot)
         if isinstance(a, Output):  # acknowledged ("tell me when"): no forward
             return
-        s.decoding = Decoding(self.adapter.start_decoding(a.context, a.prompt, s.config.max_new_tokens), a)
+        s.decoding = Decoding(self.adapter.start_decoding(a.context, a.prompt, s.config.generation.max_new_tokens), a)
 
     def _advance(self, s: Stream) -> None:
         d = s.decoding
@@ -287,12 +287,12 @@ class Engine:
         for s in streams:
             if s.decoding is not None or s.closed:
                 continue  # a narration look (or an answer) is under way: the next round waits for it
-            got = self._guard(s, s.reasoning.probe_rows, s.emit, s.config.probe_batch)
+            got = self._guard(s, s.reasoning.probe_rows, s.emit, s.config.triggers.probe_batch)
             if got:
                 rows[s] = got
             elif (look := self._guard(s, s.reasoning.narration_look, s.emit)) is not None:
                 context, prompt = look
-                s.decoding = Decoding(self.adapter.start_decoding(context, prompt, s.config.max_new_tokens))
+                s.decoding = Decoding(self.adapter.start_decoding(context, prompt, s.config.generation.max_new_tokens))
                 did = True
         if not rows:
             return did

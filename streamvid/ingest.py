@@ -43,7 +43,7 @@ class Ingest:
         self.window = window
         self.memory = memory
         self.embedder = embedder or ModelEmbedder(adapter)  # gives each block its retrieval vector
-        self.memory_encoding = config.memory_encoding or default_memory_encoding(config.model)
+        self.memory_encoding = config.memory.encoding or default_memory_encoding(config.model)
         self.source = None  # the input a live run reads (its drops and outages are part of `stats`)
         self.on_block: Callable[[], None] | None = None
         self._pending: list[Frame] = []
@@ -120,8 +120,9 @@ class Ingest:
                     self.memory.add(old.for_memory())  # compacted, then copied to the host (memory.StoredBlock.of)
             snap = self.window.snapshot()
             # room before the window for the retrieved blocks of an answer (twice the largest block, per block)
-            room = 2 * self.config.memory_top_k * max(b.pos_span for b in snap.blocks)
-            if snap.next_pos > self.config.rebase_after_pos and snap.blocks[0].pos_start > snap.sinks.pos_span + room:
+            room = 2 * self.config.memory.top_k * max(b.pos_span for b in snap.blocks)
+            if (snap.next_pos > self.config.window.rebase_after_pos
+                    and snap.blocks[0].pos_start > snap.sinks.pos_span + room):
                 self.window.rebase(self.adapter.positions.move, room)
         self.blocks_encoded += 1
         self.encode_s += encode_s

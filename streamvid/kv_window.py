@@ -32,7 +32,7 @@ class Block:
     vector: np.ndarray | None = None  # (index_dim,) or (rows, index_dim) float32: retrieval vector(s), memory.py
     scene: np.ndarray | None = None  # (n_video_tokens, hidden) float16 vision tokens (change gate); not stored
     # (keys, values) that long-term memory stores instead of keys/values (the chunk encoded after the sinks
-    # alone, EngineConfig.memory_encoding "sinks"); None: memory stores keys/values
+    # alone, memory_encoding "sinks"); None: memory stores keys/values
     memory_kv: tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]] | None = None
 
     @property

@@ -177,13 +177,14 @@ class Reasoning:
         self.window = window
         self.memory = memory
         self.embedder = embedder or ModelEmbedder(adapter)  # the question's vector, in the blocks' space
-        self.dialogue: deque[tuple[str, str]] = deque(maxlen=config.dialogue_turns or None)
+        self.dialogue: deque[tuple[str, str]] = deque(maxlen=config.generation.dialogue_turns or None)
         self.t_offset_s = 0.0  # session time at which this run's input started (answers also give input_t_s)
         self.answered = 0
         self.triggers = TriggerSet()
-        self.gate = ChangeGate(config.gate_min_novelty, config.gate_max_skip_s, config.gate_follow_up)
-        self.narration = (NarrationPolicy(config.narrate_min_gap_s, config.narrate_max_silence_s,
-                                          config.narrate_min_novelty) if config.narrate else None)
+        t = config.triggers
+        self.gate = ChangeGate(t.gate_min_novelty, t.gate_max_skip_s, t.gate_follow_up)
+        self.narration = (NarrationPolicy(config.narration.min_gap_s, config.narration.max_silence_s,
+                                          config.narration.min_novelty) if config.narration.on else None)
         self._seen_block: int | None = None  # id of the newest block decided on
         self._last_decision_s: float | None = None
         self._round: _Round | None = None  # the round under way
@@ -206,7 +207,7 @@ class Reasoning:
         the context and the prompt with the dialogue."""
         request = parse_request(q.text)
         if request is not None:
-            rule = FiringRule(self.config.trigger_thresholds())
+            rule = FiringRule(self.config.triggers.thresholds())
             self.triggers.add(Trigger(q.id, request.condition, request.probe, rule, once=not request.repeat,
                                       created_t_s=q.t_s))
             ack = Answer(q.id, acknowledgement(request), q.text, round(q.t_s, 3), round(q.t_s - self.t_offset_s, 3),
@@ -222,8 +223,9 @@ class Reasoning:
         moment = bool(at_times and retrieved)
         window = [] if moment else snap.blocks
         context = layout(snap.sinks, retrieved, window, self.adapter.positions)
-        dialogue = list(self.dialogue) if q.dialogue is None else list(q.dialogue)[-self.config.dialogue_turns:]
-        prompt = self.adapter.prompt(q.text, [] if moment or not self.config.dialogue_turns else dialogue)
+        turns = self.config.generation.dialogue_turns
+        dialogue = list(self.dialogue) if q.dialogue is None else list(q.dialogue)[-turns:]
+        prompt = self.adapter.prompt(q.text, [] if moment or not turns else dialogue)
         return Answering(q, context, prompt, retrieved, bool(window), snap.span_s)
 
     def complete(self, a: Answering, pieces: list[str], ttft_s: float | None, emit: Emit | None = None) -> Output:
@@ -233,7 +235,7 @@ class Reasoning:
         elapsed = time.perf_counter() - q.asked_s
         ttft = elapsed if ttft_s is None else ttft_s
         text = "".join(pieces).strip()
-        if self.config.dialogue_turns:  # (a deque with maxlen None would keep everything)
+        if self.config.generation.dialogue_turns:  # (a deque with maxlen None would keep everything)
             self.dialogue.append((q.text, text))
         retrieved = sorted(a.retrieved, key=lambda b: b.t_start_s)
         spans = [(b.t_start_s, b.t_end_s) for b in retrieved]
@@ -258,7 +260,7 @@ class Reasoning:
             return a
         ttft = None
         pieces: list[str] = []
-        for piece in self.adapter.generate(a.context, a.prompt, self.config.max_new_tokens):
+        for piece in self.adapter.generate(a.context, a.prompt, self.config.generation.max_new_tokens):
             if ttft is None:
                 ttft = time.perf_counter() - q.asked_s
             pieces.append(piece)
@@ -307,7 +309,7 @@ class Reasoning:
         self._looking = r
         self._close_round()
         t = int(r.t_s)
-        prompt = self.adapter.prompt(self.config.narrate_prompt.replace("{mmss}", f"{t // 60:02d}:{t % 60:02d}"))
+        prompt = self.adapter.prompt(self.config.narration.prompt.replace("{mmss}", f"{t // 60:02d}:{t % 60:02d}"))
         return r.context(0, self.adapter.positions), prompt
 
     def offer(self, text: str, emit: Emit) -> None:
@@ -339,7 +341,7 @@ class Reasoning:
         block = snap.blocks[-1]
         self._seen_block = block.id
         t_s = max(block.t_start_s, block.t_end_s - 1.0 / self.config.fps)  # the chunk's last frame
-        hz = self.config.decision_hz
+        hz = self.config.triggers.decision_hz
         if hz is not None and self._last_decision_s is not None and t_s - self._last_decision_s < 1.0 / hz - 1e-9:
             return None
         self._last_decision_s = t_s
@@ -393,13 +395,13 @@ class Reasoning:
         an older stream time ("at 03:12", "two minutes ago"), the blocks at that time instead; none for a question
         about the present moment (`scope.about_now`, unless `retrieve_for_now`). Also says whether the question
         named a time."""
-        k = self.config.memory_top_k
+        k = self.config.memory.top_k
         if self.memory is None or k == 0 or len(self.memory) == 0:
             return [], False
         window_start = snap.span_s[0] if snap.span_s else float("inf")
         chunk_s = self.config.frames_per_chunk / self.config.fps
         times = [t for t in stream_times(q.text, q.t_s) if t < window_start]
-        if not times and not self.config.retrieve_for_now and about_now(q.text):
+        if not times and not self.config.memory.retrieve_for_now and about_now(q.text):
             return [], False
         if times:  # the question says when to look: the blocks at those times, not the nearest vectors
             ids = [i for t in times for i in self.memory.ids_at(t, pad_s=chunk_s / 2)]

@@ -15,26 +15,26 @@ layers, no LM head).
   LLMs, which reads the model's own attention inside the decoder rather than at its input).
 
 Not verified here: this machine has no stock weights, so how well any layer retrieves for a real Qwen2.5-VL or
-LLaVA checkpoint is unmeasured; `--index-layer N` (EngineConfig.index_layer) overrides the default, and
+LLaVA checkpoint is unmeasured; `--index-layer N` (the index_layer setting) overrides the default, and
 `streamvid score` on ShapesWorld episodes reports `retrieval_recall`, the measure to choose it by.
 """
 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
+
+from streamvid.model_folder import TRAINED_MARKER, trained_by_streamvid
 
 log = logging.getLogger(__name__)
 
-TRAINED_MARKER = "training.json"  # written by `streamvid train-tiny` next to the weights
-MEMORY_ENCODINGS = ("window", "sinks")  # what long-term memory keeps of a block (EngineConfig.memory_encoding)
+MEMORY_ENCODINGS = ("window", "sinks")  # what long-term memory keeps of a block (the memory_encoding setting)
 
 
 def default_memory_encoding(model: str) -> str:
-    """How blocks bound for long-term memory are encoded (`EngineConfig.memory_encoding`): "sinks" for a
+    """How blocks bound for long-term memory are encoded (the memory_encoding setting): "sinks" for a
     checkpoint trained by streamvid, which learned to read retrieved blocks encoded after the sinks alone
     (train-tiny lays them out so), else "window" (the block's KV as the window computed it, training-free)."""
-    if (Path(model) / TRAINED_MARKER).is_file():
+    if trained_by_streamvid(model):
         log.info("%s holds %s (trained by streamvid): memory blocks are encoded after the sinks alone "
                  "(--memory-encoding window overrides)", model, TRAINED_MARKER)
         return "sinks"
@@ -43,7 +43,7 @@ def default_memory_encoding(model: str) -> str:
 
 def default_index_layer(config: dict, model: str) -> int:
     """Layer 0 for a checkpoint trained by streamvid (its folder has training.json), else the middle layer."""
-    if (Path(model) / TRAINED_MARKER).is_file():
+    if trained_by_streamvid(model):
         log.info("%s holds %s (trained by streamvid): retrieval vectors from decoder layer 0 (--index-layer N "
                  "overrides)", model, TRAINED_MARKER)
         return 0

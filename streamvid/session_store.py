@@ -34,7 +34,6 @@ is read and memory written); the assistant serialises saves. `Autosaver` is one 
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import fcntl
 import hashlib
 import json
@@ -55,7 +54,7 @@ from streamvid import snapshot_schema
 from streamvid.config import EngineConfig
 from streamvid.kv_window import Block
 from streamvid.snapshot_schema import MEMORY, META, WINDOW, SchemaError
-from streamvid.snapshot_schema import file_sha256 as _sha256
+from streamvid.snapshot_schema import file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -129,14 +128,14 @@ def save(state_at: Callable[[Path], StreamState], directory: str | Path) -> dict
     files = {}
     paths = sorted(p for p in tmp.rglob("*") if p.is_file())
     for path in paths:
-        files[str(path.relative_to(tmp))] = {"bytes": path.stat().st_size, "sha256": _sha256(path)}
+        files[str(path.relative_to(tmp))] = {"bytes": path.stat().st_size, "sha256": file_sha256(path)}
     meta = {
         "format": FORMAT, "format_version": FORMAT_VERSION,
         "model": model_identity(state.config.model),
         "embedder": {"name": state.embedder[0], "dim": state.embedder[1]},  # the space of every stored vector
         "kv": {"dtype": str(state.sinks.keys[0].dtype).removeprefix("torch."), "layers": len(state.sinks.keys),
                "kv_heads": int(state.sinks.keys[0].shape[1]), "head_dim": int(state.sinks.keys[0].shape[3])},
-        "config": dataclasses.asdict(state.config),
+        "config": state.config.settings(),
         "stream_t_s": state.stream_t_s,
         "next_block_id": state.next_block_id,
         "dialogue": [list(turn) for turn in state.dialogue],
@@ -151,7 +150,7 @@ def save(state_at: Callable[[Path], StreamState], directory: str | Path) -> dict
     os.rename(tmp, directory / name)
     _fsync_dir(directory)
     pointer = {"format": FORMAT, "format_version": FORMAT_VERSION, "snapshot": name,
-               "meta_sha256": _sha256(directory / name / META)}
+               "meta_sha256": file_sha256(directory / name / META)}
     _write_synced(directory / (POINTER + ".tmp"), json.dumps(pointer, indent=1).encode())
     os.replace(directory / (POINTER + ".tmp"), directory / POINTER)
     _fsync_dir(directory)
@@ -206,7 +205,7 @@ def read_meta(directory: str | Path) -> dict:
     folder = directory / pointer["snapshot"]
     meta_path = folder / META
     intact = not folder.is_symlink() and not meta_path.is_symlink() and meta_path.is_file()
-    if not intact or _sha256(meta_path) != pointer["meta_sha256"]:
+    if not intact or file_sha256(meta_path) != pointer["meta_sha256"]:
         raise _damaged(directory, f"{pointer['snapshot']}/{META} is missing or does not match session.json")
     return _read_json(directory, meta_path, lambda meta: snapshot_schema.check_snapshot(folder, meta))
 

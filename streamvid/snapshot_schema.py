@@ -14,7 +14,6 @@ Every check raises SchemaError (a ValueError) with one line: where, what was exp
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import itertools
 import json
@@ -26,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from streamvid.budget import MEMORY_KINDS
-from streamvid.config import EngineConfig
+from streamvid.config import SETTINGS, EngineConfig
 
 MAX_T_S = 1e9  # stream seconds (31 years)
 MAX_ID = 2**53  # block ids: exact in a JSON number
@@ -202,8 +201,7 @@ _ST_NAMES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "
 # ---- meta.json -----------------------------------------------------------------------------------------------
 def engine_config(saved: dict, **changes) -> EngineConfig:
     """The EngineConfig of a saved config (fields this version does not know are ignored)."""
-    known = {f.name for f in dataclasses.fields(EngineConfig)}
-    return EngineConfig(**{k: v for k, v in saved.items() if k in known}).replace(**changes)
+    return EngineConfig.from_settings(**{k: v for k, v in saved.items() if k in SETTINGS}, **changes)
 
 
 def check_meta(meta) -> None:

@@ -65,14 +65,14 @@ class Stream:
         self.config = config
         self.adapter = adapter
         self.embedder = embedder
-        if config.window_tokens is None and config.window_mb is None:
-            self.window = KVWindow(sinks, budget_s=config.window_s)
+        if config.window.tokens is None and config.window.mb is None:
+            self.window = KVWindow(sinks, budget_s=config.window.seconds)
         else:
             self.window = KVWindow(sinks, window_tokens_for(config, adapter.kv_shape))
         self.memory = None
-        if config.memory_top_k > 0:
-            self.memory = LongTermMemory(embedder.dim, config.memory_ram_mb, config.memory_disk_mb,
-                                         config.memory_dir, kv=config.memory_kv, keep=config.memory_keep)
+        if config.memory.top_k > 0:
+            self.memory = LongTermMemory(embedder.dim, config.memory.ram_mb, config.memory.disk_mb,
+                                         config.memory.dir, kv=config.memory.kv, keep=config.memory.keep)
         self.ingest = Ingest(config, adapter, self.window, self.memory, embedder)
         self.reasoning = Reasoning(config, adapter, self.window, self.memory, embedder)
         self.outputs: queue.Queue[Output] = queue.Queue()
@@ -128,8 +128,8 @@ class Stream:
         window blocks instead of the window when the answer starts (a replay's window plus its unfinished chunk).
         Returns its id; BusyError when the queue is full."""
         with self._lock:
-            if len(self._questions) >= self.config.question_queue_size:
-                raise BusyError(f"busy: {self.config.question_queue_size} questions are waiting; ask again shortly")
+            if len(self._questions) >= (size := self.config.generation.question_queue_size):
+                raise BusyError(f"busy: {size} questions are waiting; ask again shortly")
             qid = f"q{next(self._ids)}"
             self._questions.append((Question(qid, text, t_s, dialogue=dialogue), snapshot))
         self.on_work()
@@ -140,7 +140,7 @@ class Stream:
         condition = user_text.clean(condition, "condition")
         probe = probe_for(condition)  # raises ValueError for an empty condition
         request = parse_request(condition)
-        rule = FiringRule(self.config.trigger_thresholds().replace(**thresholds))
+        rule = FiringRule(self.config.triggers.thresholds().replace(**thresholds))
         trigger_id = f"w{next(self._watch_ids)}"
         phrase = request.condition if request is not None else " ".join(condition.split()).rstrip(".!")
         t_s = self.ingest.latest_t_s if t_s is None else t_s
@@ -200,7 +200,7 @@ class Stream:
                 if not self._scheduled or not (everything or self._scheduled[0][0] <= now):
                     return
                 t_s, text, watch = self._scheduled[0]
-                if not watch and len(self._questions) >= self.config.question_queue_size:
+                if not watch and len(self._questions) >= self.config.generation.question_queue_size:
                     return
                 self._scheduled.pop(0)
             if watch:

@@ -27,7 +27,7 @@ from streamvid.config import EngineConfig
 from streamvid.sources import FileSource
 
 CLIP = "shapes_7"
-CONFIG = EngineConfig(frame_px=112, max_new_tokens=12)
+CONFIG = EngineConfig.from_settings(frame_px=112, max_new_tokens=12)
 QUESTION = "How many shapes are on screen?"
 
 

@@ -26,7 +26,7 @@ from streamvid_app.server import check_bind, launch, upload_folder
 from streamvid_app.ui import build_demo
 from streamvid_app.uploads import UploadFolders
 
-CONFIG = EngineConfig(model="unused", window_tokens=60, max_new_tokens=3, frame_px=56)
+CONFIG = EngineConfig.from_settings(model="unused", window_tokens=60, max_new_tokens=3, frame_px=56)
 HASH = "h" * 24  # a session hash of the length REST callers must use
 
 

@@ -58,7 +58,7 @@ def policy(uploads, tmp_path) -> InputPolicy:
 
 @pytest.fixture
 def manager(adapter, policy):
-    cfg = EngineConfig(model="unused", window_tokens=60, max_new_tokens=4, frame_px=56)
+    cfg = EngineConfig.from_settings(model="unused", window_tokens=60, max_new_tokens=4, frame_px=56)
     m = SessionManager(cfg, policy, adapter=adapter, max_sessions=2, idle_timeout_s=60.0)
     yield m
     m.shutdown()
@@ -250,7 +250,7 @@ class FailsOnce(RowByRow):
 
 
 def test_a_model_error_ends_the_stream_not_the_session(adapter, policy):
-    cfg = EngineConfig(model="unused", window_tokens=60, max_new_tokens=4, frame_px=56)
+    cfg = EngineConfig.from_settings(model="unused", window_tokens=60, max_new_tokens=4, frame_px=56)
     engine = Engine(cfg, FailsOnce(adapter))
     s = Session("tab-1", cfg, engine, policy)
     s.start("push")
@@ -272,7 +272,7 @@ def test_a_model_error_ends_the_stream_not_the_session(adapter, policy):
 def test_sixteen_sessions_run_at_once_on_one_engine(adapter, policy):
     """16 tabs, each a push stream on the manager's one engine: every frame goes in and every question is answered,
     and the engine's scheduler put several sessions' chunks into one forward."""
-    cfg = EngineConfig(model="unused", window_tokens=60, max_new_tokens=2, frame_px=56, max_streams=16)
+    cfg = EngineConfig.from_settings(model="unused", window_tokens=60, max_new_tokens=2, frame_px=56, max_streams=16)
     m = SessionManager(cfg, policy, adapter=adapter, idle_timeout_s=60.0, max_sessions_per_client=16)
     try:
         assert m.max_sessions == 16

@@ -16,7 +16,7 @@ from streamvid.sources import FileSource, PushSource
 
 
 def _cfg(**kw) -> EngineConfig:
-    return EngineConfig(model="unused", window_tokens=60, max_new_tokens=4, **kw)
+    return EngineConfig.from_settings(model="unused", window_tokens=60, max_new_tokens=4, **kw)
 
 
 def _streamvid_threads() -> list[str]:

@@ -96,7 +96,7 @@ def test_batched_chunk_encode_equals_each_streams_encode_chunk(model):
     assert len({r.n_tokens for r in refs}) >= 2  # the rows really differ in length
 
     forwards, towers = _Count(), _Count()
-    hooks = [a._lm.register_forward_pre_hook(forwards)]
+    hooks = [a.language_model.register_forward_pre_hook(forwards)]
     visual = getattr(a.model.model, "visual", None)
     if visual is not None:
         hooks.append(visual.register_forward_pre_hook(towers))
@@ -139,7 +139,7 @@ def test_batched_probes_across_streams_equal_single_probes(model):
     rows = [(ctxs[0], "Is there a red circle?"), (ctxs[1], "Is there a blue star now? Answer yes or no."),
             (ctxs[2], "Yes?"), (ctxs[1], "Is it green?")]
     forwards = _Count()
-    hook = model._lm.register_forward_pre_hook(forwards)
+    hook = model.language_model.register_forward_pre_hook(forwards)
     try:
         batched = model.probe_rows(rows)
     finally:
@@ -168,9 +168,9 @@ def test_batched_decode_across_streams_equals_each_generate(model, monkeypatch):
     assert all(len(r) >= 2 for r in refs), "the model stops at once: the comparison would say nothing"
 
     rebuilds, forwards = _Count(), _Count()
-    new_batch = batching._new_batch
-    monkeypatch.setattr(batching, "_new_batch", lambda *args: (rebuilds(), new_batch(*args))[1])
-    hook = a._lm.register_forward_pre_hook(forwards)
+    new_batch = batching.new_batch
+    monkeypatch.setattr(batching, "new_batch", lambda *args: (rebuilds(), new_batch(*args))[1])
+    hook = a.language_model.register_forward_pre_hook(forwards)
     try:
         ds = [a.start_decoding(*asks[0]), a.start_decoding(*asks[1])]
         pieces: list[list[str]] = [[], [], []]
@@ -234,7 +234,7 @@ def test_each_rows_cache_equals_one_forward_over_its_tokens(model, monkeypatch):
 def _check_rows(adapter, ds):
     for d in ds:
         fed = d.prompt_ids + d.tokens[:-1]
-        own = d._own_kv()
+        own = d.own_kv()
         with torch.inference_mode():
             cache = adapter.forward(torch.tensor([fed]), adapter.text_positions(d.context.next_pos, len(fed)),
                                     d.context)[1]

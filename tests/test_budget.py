@@ -36,7 +36,7 @@ def test_7b_bytes_per_token_and_chunk_from_config_and_processor():
     assert shape.bytes_per_token == 28 * 2 * 4 * 128 * 2 == 57_344
     assert qwen_video_tokens(480, 640) == 17 * 23 + 2  # 476 x 644 after the processor's resize to 28-px cells
     assert qwen_video_tokens(448, 448) == 16 * 16 + 2
-    cfg = EngineConfig(model="unused", window_s=16.0, memory_ram_mb=8192, memory_disk_mb=102400)
+    cfg = EngineConfig.from_settings(model="unused", window_s=16.0, memory_ram_mb=8192, memory_disk_mb=102400)
     b = budgets(shape, qwen_video_tokens(480, 640), cfg)
     assert b.window_tokens_held == 16 * 393 and b.window_chunks == 16
     per_block = 28 * 2 * 4 * 128 * 393 + 28 * 4 * (128 + 393) * 2  # int8 elements + float16 scales
@@ -53,14 +53,14 @@ def test_7b_bytes_per_token_and_chunk_from_config_and_processor():
 
 def test_7b_window_in_mb_and_tokens_and_the_oversized_warning():
     shape = KVShape.from_config(QWEN25_VL_7B, "bfloat16")
-    by_mb = budgets(shape, 258, EngineConfig(model="unused", window_mb=350.0))
+    by_mb = budgets(shape, 258, EngineConfig.from_settings(model="unused", window_mb=350.0))
     assert by_mb.window_tokens == 350 * 2**20 // 57_344 == 6400 and by_mb.window_chunks == 6400 // 258
     assert by_mb.warnings() == []
-    small = budgets(shape, 258, EngineConfig(model="unused", window_tokens=144))
+    small = budgets(shape, 258, EngineConfig.from_settings(model="unused", window_tokens=144))
     assert small.warnings() and "258 tokens" in small.warnings()[0]
-    assert budgets(shape, 258, EngineConfig(model="unused", window_s=0.5)).warnings()
+    assert budgets(shape, 258, EngineConfig.from_settings(model="unused", window_s=0.5)).warnings()
     with pytest.raises(ValueError, match="not both"):
-        EngineConfig(model="unused", window_tokens=100, window_mb=1.0)
+        EngineConfig.from_settings(model="unused", window_tokens=100, window_mb=1.0)
 
 
 def test_tiny_model_bytes_per_token_equal_real_cache_bytes(adapter):
@@ -89,7 +89,7 @@ def test_int4_block_bytes_for_a_7b_chunk_by_hand():
 
 def test_bundled_defaults_window_is_eight_chunks_of_18_tokens(adapter):
     """The default window (8 s) holds what the bundled model was trained with: 8 chunks of 112-px frames."""
-    cfg = EngineConfig(model="unused", max_new_tokens=1, memory_top_k=0)
+    cfg = EngineConfig.from_settings(model="unused", max_new_tokens=1, memory_top_k=0)
     with StreamingAssistant(cfg, adapter=adapter) as sa:
         b = sa.budgets(112, 112)
         assert (b.tokens_per_chunk, b.window_chunks, b.window_tokens_held) == (18, 8, 144)
@@ -100,7 +100,7 @@ def test_bundled_defaults_window_is_eight_chunks_of_18_tokens(adapter):
 
 def test_window_mb_becomes_whole_tokens(adapter):
     per_token = adapter.kv_shape.bytes_per_token
-    cfg = EngineConfig(model="unused", window_mb=100 * per_token / 2**20, max_new_tokens=1)
+    cfg = EngineConfig.from_settings(model="unused", window_mb=100 * per_token / 2**20, max_new_tokens=1)
     with StreamingAssistant(cfg, adapter=adapter) as sa:
         assert sa.window.budget_tokens == 100
 

@@ -57,18 +57,66 @@ def _demo_parser():
     return p
 
 
-@pytest.mark.parametrize("argv", [["run", "v.mp4"], ["score", "e.jsonl"], ["demo"]])
+@pytest.mark.parametrize("argv", [["run", "v.mp4"], ["score", "e.jsonl"], ["demo"], ["serve"]])
 def test_dialogue_turns_flag_reaches_the_engine_config(argv):
-    import dataclasses
-
     from streamvid.cli import build_parser, engine_config
-    from streamvid.config import EngineConfig
 
     parser = _demo_parser() if argv[0] == "demo" else build_parser()
-    default = next(f.default for f in dataclasses.fields(EngineConfig) if f.name == "dialogue_turns")
-    assert engine_config(parser.parse_args(argv)).dialogue_turns == default  # run, score and demo alike
+    assert engine_config(parser.parse_args(argv)).generation.dialogue_turns == 2  # run, score, demo, serve alike
     for n in (0, 5):
-        assert engine_config(parser.parse_args([*argv, "--dialogue-turns", str(n)])).dialogue_turns == n
+        assert engine_config(parser.parse_args([*argv, "--dialogue-turns", str(n)])).generation.dialogue_turns == n
+
+
+def _other_values(default):
+    """Values other than a setting's default, as text for its flag, the likeliest valid first."""
+    if isinstance(default, bool):
+        return []  # a switch: --name / --no-name
+    if isinstance(default, int):
+        return [str(default + 1), str(max(1, default - 1))]
+    if isinstance(default, float):
+        return [repr(default * 0.75), repr(default * 1.25)]
+    if isinstance(default, str):
+        return ["x" + default, "clip:" + default]
+    return ["3", "0.5", "64"]  # None: an int or a float
+
+
+@pytest.mark.parametrize("command", ["run", "score", "demo", "serve"])
+def test_every_engine_setting_has_its_flag_on_every_engine_command(command):
+    """The flags are generated from the config's sections: each setting with help is a flag of run, score, demo
+    and serve, and the value given reaches that setting (and only it)."""
+    from streamvid.cli import build_parser, engine_config
+    from streamvid.config import DEFAULTS, setting_fields
+
+    parser = _demo_parser() if command == "demo" else build_parser()
+    argv = {"run": ["run", "v.mp4"], "score": ["score", "e.jsonl"]}.get(command, [command])
+    defaults = DEFAULTS.settings()
+    flagged = [f.metadata["setting"] for _, f in setting_fields() if f.metadata["help"]]
+    assert {"window_s", "memory_top_k", "max_new_tokens", "trigger_fire", "narrate", "max_batch", "fps",
+            "frame_px", "embedder", "dialogue_turns"} <= set(flagged)
+    for _, f in setting_fields():
+        name = f.metadata["setting"]
+        if name not in flagged:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if isinstance(defaults[name], bool):
+            attempts = [[flag] if not defaults[name] else ["--no-" + name.replace("_", "-")]]
+        elif f.metadata["flag"].get("choices"):
+            attempts = [[flag, c] for c in f.metadata["flag"]["choices"] if c != defaults[name]]
+        else:
+            attempts = [[flag, v] for v in _other_values(defaults[name])]
+        for extra in attempts:
+            try:
+                config = engine_config(parser.parse_args([*argv, *extra]))
+            except (ValueError, SystemExit):
+                continue  # not a valid value of this setting (another is tried)
+            changed = {k for k, v in config.settings().items() if v != defaults[k]} - {"frame_px"}
+            assert changed == ({name} - {"frame_px"}), (name, extra, changed)
+            break
+        else:
+            pytest.fail(f"{flag}: no value tried was taken")
+    # the bundled model was trained on 112-px frames (its training.json says so): that is --frame-px's default
+    assert engine_config(parser.parse_args(argv)).frame_px == 112
+    assert engine_config(parser.parse_args([*argv, "--frame-px", "224"])).frame_px == 224
 
 
 def test_negative_dialogue_turns_is_one_line(capsys):

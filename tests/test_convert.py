@@ -139,12 +139,12 @@ def test_converted_episodes_say_whether_their_questions_stand_alone(name, tmp_pa
 
     episodes = convert(name, ALL_FILES[name], tmp_path)
     assert episodes
-    run = EngineConfig(dialogue_turns=3)  # what `streamvid score --dialogue-turns 3` runs with
+    run = EngineConfig.from_settings(dialogue_turns=3)  # what `streamvid score --dialogue-turns 3` runs with
     for ep in episodes:
         assert ep["protocol"].get("dialogue_turns") == DIALOGUE[name], ep["episode_id"]
         # the scorer takes it from the episode; an episode that does not set it gets the run's setting
         expected = 3 if DIALOGUE[name] is None else DIALOGUE[name]
-        assert episode_config(ep, run).dialogue_turns == expected
+        assert episode_config(ep, run).generation.dialogue_turns == expected
 
 
 def test_svbench(tmp_path):

@@ -152,7 +152,7 @@ class _RecordingAdapter(SpyAdapter):
 
 def test_default_engine_stores_and_searches_the_adapters_vectors(adapter):
     spy = _RecordingAdapter(adapter)
-    sa = StreamingAssistant(EngineConfig(model="unused", window_tokens=40, memory_top_k=2, max_new_tokens=2),
+    sa = StreamingAssistant(EngineConfig.from_settings(model="unused", window_tokens=40, memory_top_k=2, max_new_tokens=2),
                             adapter=spy)
     _fill(sa, 10)
     assert sa.memory.dim == adapter.index_dim and len(sa.memory) >= 4
@@ -176,7 +176,7 @@ def _sink_block(enc):
 @pytest.mark.parametrize("kind, dim", [("clip", CLIP_DIM), ("siglip", SIGLIP_DIM)])
 def test_clip_embedder_matches_the_models_own_features(adapter, kind, dim, request):
     model_dir = request.getfixturevalue(f"{kind}_dir")
-    embedder = make_embedder(EngineConfig(embedder=f"clip:{model_dir}"), adapter)
+    embedder = make_embedder(EngineConfig.from_settings(embedder=f"clip:{model_dir}"), adapter)
     assert embedder.dim == dim and embedder.name == f"clip:{model_dir.resolve()}"
     ref_chunk, ref_question = _reference(model_dir)
     frames = random_frames(2, seed=7)
@@ -192,7 +192,7 @@ def test_clip_embedder_matches_the_models_own_features(adapter, kind, dim, reque
 
 
 def test_one_loaded_clip_model_is_shared(adapter, clip_dir):
-    config = EngineConfig(embedder=f"clip:{clip_dir}")
+    config = EngineConfig.from_settings(embedder=f"clip:{clip_dir}")
     assert make_embedder(config, adapter) is make_embedder(config, adapter)
 
 
@@ -211,7 +211,7 @@ def test_a_checkpoint_that_is_not_clip_is_refused_in_one_line(adapter, tiny_mode
 @pytest.fixture
 def clip_session(adapter, clip_dir):
     spy = SpyAdapter(adapter)
-    sa = StreamingAssistant(EngineConfig(model="unused", window_tokens=40, memory_top_k=2, max_new_tokens=3,
+    sa = StreamingAssistant(EngineConfig.from_settings(model="unused", window_tokens=40, memory_top_k=2, max_new_tokens=3,
                                          embedder=f"clip:{clip_dir}"), adapter=spy)
     _fill(sa, 12)
     return sa, spy
@@ -254,7 +254,7 @@ def test_planted_block_is_retrieved_by_its_clip_vector(clip_session):
 # ---- sessions: saved with one embedder, refused with another ------------------------------------------------------
 def test_session_saved_with_clip_is_refused_with_the_models_vectors(tiny_model_dir, adapter, clip_dir, tmp_path,
                                                                    monkeypatch):
-    cfg = EngineConfig(model=str(tiny_model_dir), window_tokens=40, max_new_tokens=2, embedder=f"clip:{clip_dir}")
+    cfg = EngineConfig.from_settings(model=str(tiny_model_dir), window_tokens=40, max_new_tokens=2, embedder=f"clip:{clip_dir}")
     sa = StreamingAssistant(cfg, adapter=adapter)
     _fill(sa, 8)
     sa.save(tmp_path / "s")
@@ -289,14 +289,14 @@ def test_bad_embedder_flag_is_one_line_naming_the_allowed_forms(capsys, value):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"embedder must be {FORMS}, got {value!r}" in err
     with pytest.raises(ValueError, match="embedder must be 'model' or 'clip:<HF id or local dir>'"):
-        EngineConfig(embedder=value)
+        EngineConfig.from_settings(embedder=value)
 
 
 @pytest.mark.parametrize("argv", [["run", "v.mp4"], ["demo"], ["score", "e.jsonl"]])
 def test_embedder_flag_reaches_the_engine_config(argv):
     args = build_parser().parse_args([*argv, "--embedder", "clip:openai/clip-vit-base-patch32"])
-    assert engine_config(args).embedder == "clip:openai/clip-vit-base-patch32"
-    assert engine_config(build_parser().parse_args(argv)).embedder == "model"
+    assert engine_config(args).memory.embedder == "clip:openai/clip-vit-base-patch32"
+    assert engine_config(build_parser().parse_args(argv)).memory.embedder == "model"
 
 
 def test_embedder_names():

@@ -20,7 +20,7 @@ from streamvid.types import Frame
 
 
 def _cfg(**kw) -> EngineConfig:
-    return EngineConfig(**{"model": "unused", "fps": 2.0, "window_tokens": 60, "max_new_tokens": 4,
+    return EngineConfig.from_settings(**{"model": "unused", "fps": 2.0, "window_tokens": 60, "max_new_tokens": 4,
                            "memory_top_k": 2, "gate_min_novelty": 0.0, **kw})
 
 

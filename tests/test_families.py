@@ -196,7 +196,7 @@ def test_engine_answer_equals_generate(arch, dtype, family_adapters, family_dirs
     adapter = _adapter(family_adapters, family_dirs, arch, dtype)
     spy = Spy(adapter)
     k = max(2, adapter.frames_per_chunk_multiple)
-    cfg = EngineConfig(model="unused", fps=FPS, frames_per_chunk=k, window_tokens=100_000, memory_top_k=0,
+    cfg = EngineConfig.from_settings(model="unused", fps=FPS, frames_per_chunk=k, window_tokens=100_000, memory_top_k=0,
                        max_new_tokens=12, dialogue_turns=0)
     sa = StreamingAssistant(cfg, adapter=spy)
     chunks = _chunks(adapter, 2)
@@ -244,7 +244,7 @@ def _contains(context: Context, block: Block) -> int | None:
 def test_retrieval_brings_a_planted_block_into_the_context(fam):
     spy = Spy(fam)
     k = max(2, fam.frames_per_chunk_multiple)
-    cfg = EngineConfig(model="unused", fps=FPS, frames_per_chunk=k, window_tokens=1, memory_top_k=1,
+    cfg = EngineConfig.from_settings(model="unused", fps=FPS, frames_per_chunk=k, window_tokens=1, memory_top_k=1,
                        max_new_tokens=2)
     sa = StreamingAssistant(cfg, adapter=spy)  # a window of one block: the others go to memory
     sa.feed(Frame(random_frames(1, seed=200 + i)[0], i / FPS, i) for i in range(6 * k))

@@ -58,7 +58,7 @@ def test_judged_accuracy_from_judge_records(tmp_path):
 
 def test_judge_trace_with_a_model(tmp_path, tiny_model_dir):
     eps, trace = _files(tmp_path)
-    cfg = EngineConfig(model=str(tiny_model_dir))
+    cfg = EngineConfig.from_settings(model=str(tiny_model_dir))
     assert judge_trace(eps, trace, cfg) == 2  # the two open-ended answers, not the multiple-choice one
     recs = [json.loads(x) for x in trace.read_text().splitlines()]
     judged = [r for r in recs if r["type"] == "judge"]

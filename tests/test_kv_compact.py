@@ -168,7 +168,7 @@ def test_bundled_model_answers_memory_questions_the_same_from_int8_memory(bundle
     assert len(qs) == 18
     runs = {}
     for kind in ("float", "int8", "int4"):
-        cfg = EngineConfig(max_new_tokens=12, memory_kv=kind)
+        cfg = EngineConfig.from_settings(max_new_tokens=12, memory_kv=kind)
         with StreamingAssistant(cfg, adapter=bundled) as sa:
             answers = sa.run_simulated(FileSource(video, fps=cfg.fps), qs)
             assert sa.memory.stats().blocks > 50

@@ -49,7 +49,7 @@ def _contains(context, block) -> bool:
 @pytest.mark.parametrize("top_k", [2, 0])
 def test_planted_block_is_retrieved_into_the_answer_context(adapter, top_k):
     spy = SpyAdapter(adapter)
-    cfg = EngineConfig(model="unused", window_tokens=40, memory_top_k=top_k, max_new_tokens=3)
+    cfg = EngineConfig.from_settings(model="unused", window_tokens=40, memory_top_k=top_k, max_new_tokens=3)
     sa = StreamingAssistant(cfg, adapter=spy)
     _fill(sa, 12)
     question = "What colour was the star?"
@@ -74,7 +74,7 @@ def test_planted_block_is_retrieved_into_the_answer_context(adapter, top_k):
 def test_question_about_now_is_answered_from_the_window(adapter, retrieve_for_now):
     """A present-tense question gets no retrieved blocks, even one planted to match it, unless retrieve_for_now."""
     spy = SpyAdapter(adapter)
-    cfg = EngineConfig(model="unused", window_tokens=40, memory_top_k=2, max_new_tokens=3,
+    cfg = EngineConfig.from_settings(model="unused", window_tokens=40, memory_top_k=2, max_new_tokens=3,
                        retrieve_for_now=retrieve_for_now)
     sa = StreamingAssistant(cfg, adapter=spy)
     _fill(sa, 12)
@@ -91,7 +91,7 @@ def test_question_about_now_is_answered_from_the_window(adapter, retrieve_for_no
 
 def test_question_naming_a_time_is_answered_from_that_moment(adapter):
     spy = SpyAdapter(adapter)
-    cfg = EngineConfig(model="unused", window_tokens=40, memory_top_k=4, max_new_tokens=2)
+    cfg = EngineConfig.from_settings(model="unused", window_tokens=40, memory_top_k=4, max_new_tokens=2)
     sa = StreamingAssistant(cfg, adapter=spy)
     _fill(sa, 12)
     answer = sa.reasoning.answer(Question("q", "What was on screen at 00:02?", 12.0))
@@ -109,7 +109,7 @@ def test_question_naming_a_time_is_answered_from_that_moment(adapter):
 
 
 def test_answering_leaves_the_window_unchanged(adapter):
-    sa = StreamingAssistant(EngineConfig(model="unused", window_tokens=40, max_new_tokens=4), adapter=adapter)
+    sa = StreamingAssistant(EngineConfig.from_settings(model="unused", window_tokens=40, max_new_tokens=4), adapter=adapter)
     _fill(sa, 6)
     before = sa.window.snapshot()
     sa.reasoning.answer(Question("q", "How many shapes are there?", 6.0))
@@ -120,7 +120,7 @@ def test_answering_leaves_the_window_unchanged(adapter):
 
 
 def test_dialogue_keeps_recent_turns(adapter):
-    sa = StreamingAssistant(EngineConfig(model="unused", dialogue_turns=2, max_new_tokens=2), adapter=adapter)
+    sa = StreamingAssistant(EngineConfig.from_settings(model="unused", dialogue_turns=2, max_new_tokens=2), adapter=adapter)
     _fill(sa, 1)
     for i in range(3):
         sa.reasoning.answer(Question(f"q{i}", f"question {i}?", 1.0))
@@ -149,7 +149,7 @@ def test_questions_do_not_change_the_chunking_and_answers_end_on_the_latest_fram
 
     def run(questions):
         spy = SpyAdapter(adapter)
-        sa = StreamingAssistant(EngineConfig(model="unused", window_tokens=40, memory_top_k=0, max_new_tokens=1),
+        sa = StreamingAssistant(EngineConfig.from_settings(model="unused", window_tokens=40, memory_top_k=0, max_new_tokens=1),
                                 adapter=spy)
         outs = sa.run_simulated(SyntheticSource(lambda i, t: frames[i], fps=2.0, n_frames=len(frames)), questions)
         return sa, spy, outs
@@ -168,7 +168,7 @@ def test_questions_do_not_change_the_chunking_and_answers_end_on_the_latest_fram
     from streamvid.positions import concat
 
     for context, latest in zip(spy.contexts, (6, 12), strict=True):
-        ref = StreamingAssistant(EngineConfig(model="unused", window_tokens=40, memory_top_k=0), adapter=adapter)
+        ref = StreamingAssistant(EngineConfig.from_settings(model="unused", window_tokens=40, memory_top_k=0), adapter=adapter)
         ref.feed(Frame(frames[i], i / 2, i) for i in range(latest + 1))
         snap = ref.window.snapshot()
         expected = adapter.encode_chunk([frames[latest], frames[latest]], concat([snap.sinks, *snap.blocks],
@@ -188,7 +188,7 @@ def test_memory_keeps_each_block_as_encoded_after_the_sinks_alone(adapter, encod
     from streamvid.kv_window import Block
     from streamvid.positions import concat
 
-    cfg = EngineConfig(model="unused", fps=2.0, window_tokens=40, memory_top_k=2, memory_kv="float",
+    cfg = EngineConfig.from_settings(model="unused", fps=2.0, window_tokens=40, memory_top_k=2, memory_kv="float",
                        memory_encoding=encoding)
     sa = StreamingAssistant(cfg, adapter=adapter)
     _fill(sa, 6)
@@ -216,7 +216,7 @@ class FirstTokenEnds(SpyAdapter):
 def test_an_answer_always_has_a_time_to_first_token(adapter):
     """TTFT is the time to the first token the model produced, printed or not; an acknowledged "tell me when" has
     the time to its acknowledgement."""
-    sa = StreamingAssistant(EngineConfig(model="unused", max_new_tokens=3), adapter=FirstTokenEnds(adapter))
+    sa = StreamingAssistant(EngineConfig.from_settings(model="unused", max_new_tokens=3), adapter=FirstTokenEnds(adapter))
     _fill(sa, 2)
     empty = sa.reasoning.handle(Question("q0", "How many shapes are there?", 1.0))
     ack = sa.reasoning.handle(Question("q1", "Tell me when a red circle appears", 1.0))

@@ -126,7 +126,7 @@ def test_a_dropped_stream_is_reopened_and_its_clock_goes_on(server):
 
 def test_a_session_on_a_dropping_stream_reports_the_gap_and_goes_on(adapter, server):
     source = LiveSource(server.url, fps=4.0, backoff_s=(0.1, 0.4))
-    with StreamingAssistant(EngineConfig(model="unused", window_tokens=60, max_new_tokens=2, fps=4.0),
+    with StreamingAssistant(EngineConfig.from_settings(model="unused", window_tokens=60, max_new_tokens=2, fps=4.0),
                             adapter=adapter) as sa:
         sa.start(source)
 

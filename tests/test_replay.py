@@ -114,7 +114,7 @@ def test_replay_feeds_each_question_its_clip(grey_video, tiny_model_dir, adapter
             clips.append(list(self.times))
 
     monkeypatch.setattr(batch, "ClipSource", Recording)
-    cfg = EngineConfig(model=str(tiny_model_dir), fps=2.0, max_new_tokens=3)
+    cfg = EngineConfig.from_settings(model=str(tiny_model_dir), fps=2.0, max_new_tokens=3)
     recs = run_episode(_episode(grey_video, window_s=1.0), cfg, adapter, "replay")
     # one fresh clip per question, ending at the question time (2.7 s: the grid point 2.5 s), starting at
     # t - context_window_s
@@ -135,7 +135,7 @@ def _timing_free(report: dict) -> dict:
 def test_native_run_from_trace_and_resume(grey_video, tiny_model_dir, tmp_path):
     eps = tmp_path / "eps.jsonl"
     eps.write_text(json.dumps(_episode(grey_video, "e1")) + "\n" + json.dumps(_episode(grey_video, "e2")) + "\n")
-    cfg = EngineConfig(model=str(tiny_model_dir), fps=2.0, max_new_tokens=3)
+    cfg = EngineConfig.from_settings(model=str(tiny_model_dir), fps=2.0, max_new_tokens=3)
     out = tmp_path / "run"
     report = score_files([eps], cfg, out, mode="native")
     assert report["n"] == 4 and report["run"]["mode"] == "native"
@@ -177,7 +177,7 @@ def test_replay_polls_streamingbench_proactive(grey_video, tiny_model_dir, adapt
                       "gold_output": "white", "poll": [2.0, 6.0]},
                      {"id": "r0_0", "kind": "expected_response", "ref": "q0", "t_gold": 2.0, "window": [0.0, 4.0],
                       "gold": {"text": "white"}}]}
-    cfg = EngineConfig(model=str(tiny_model_dir), fps=2.0, max_new_tokens=3)
+    cfg = EngineConfig.from_settings(model=str(tiny_model_dir), fps=2.0, max_new_tokens=3)
     recs = run_episode(ep, cfg, adapter, "replay")
     stats = recs[-1]
     assert stats["polls"] == 5  # once a second over [2, 6], on one pass
@@ -218,7 +218,7 @@ def test_replay_keeps_a_dialogue_chain_on_one_clip(grey_video, tiny_model_dir, a
     ep["protocol"]["dialogue_turns"] = 6
     ep["events"] = [{"id": f"q{i}", "t": t, "kind": "user_query", "text": f"turn {i}?", "task": "qa-chain",
                      "prompt": "svbench"} for i, t in enumerate((2.0, 2.0, 3.0))]
-    cfg = EngineConfig(model=str(tiny_model_dir), fps=2.0, max_new_tokens=2)
+    cfg = EngineConfig.from_settings(model=str(tiny_model_dir), fps=2.0, max_new_tokens=2)
     recs = run_episode(ep, cfg, adapter, "replay")
     assert [(r["event_id"], r["t_s"], r["question"]) for r in recs if r["type"] == "answer"] == [
         ("q0", 2.0, "turn 0?"), ("q1", 2.0, "turn 1?"), ("q2", 3.0, "turn 2?")]

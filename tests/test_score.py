@@ -96,11 +96,9 @@ def _stats(trace) -> dict[str, dict]:
 
 
 def _default(name: str):
-    import dataclasses
+    from streamvid.config import DEFAULTS
 
-    from streamvid.config import EngineConfig
-
-    return next(f.default for f in dataclasses.fields(EngineConfig) if f.name == name)
+    return DEFAULTS.settings()[name]
 
 
 def test_score_runs_shapesworld_with_the_run_dialogue_unless_the_protocol_says_otherwise(tiny_model_dir, tmp_path):
@@ -110,7 +108,7 @@ def test_score_runs_shapesworld_with_the_run_dialogue_unless_the_protocol_says_o
     from streamvid.eval.batch import score_files
 
     eps = _shapes_episodes(tmp_path, {"shapes": {}, "alone": {"dialogue_turns": 0}})
-    cfg = EngineConfig(model=str(tiny_model_dir), max_new_tokens=2)
+    cfg = EngineConfig.from_settings(model=str(tiny_model_dir), max_new_tokens=2)
     report = score_files([eps], cfg, tmp_path / "out", plots=False)
     stats = _stats(tmp_path / "out" / "trace.jsonl")
     assert _default("dialogue_turns") == 2
@@ -131,7 +129,7 @@ def test_the_dialogue_flag_reaches_every_episode_the_protocol_leaves_alone(tiny_
     from streamvid.eval.batch import run_episode, score_files
 
     eps = _shapes_episodes(tmp_path, {"shapes": {}, "chain": {"dialogue_turns": 6}})
-    cfg = EngineConfig(model=str(tiny_model_dir), max_new_tokens=2, dialogue_turns=0)
+    cfg = EngineConfig.from_settings(model=str(tiny_model_dir), max_new_tokens=2, dialogue_turns=0)
     report = score_files([eps], cfg, tmp_path / "out", plots=False)
     stats = _stats(tmp_path / "out" / "trace.jsonl")
     assert stats["shapes"]["dialogue_turns"] == 0 and stats["chain"]["dialogue_turns"] == 6
@@ -147,7 +145,7 @@ def test_single_pass_scorer_keeps_the_run_dialogue(tiny_model_dir, tmp_path):
     from streamvid.eval.score import score_files
 
     eps = _shapes_episodes(tmp_path, {"shapes": {}, "alone": {"dialogue_turns": 0}})
-    report = score_files([eps], EngineConfig(model=str(tiny_model_dir), max_new_tokens=2), tmp_path / "out")
+    report = score_files([eps], EngineConfig.from_settings(model=str(tiny_model_dir), max_new_tokens=2), tmp_path / "out")
     stats = _stats(tmp_path / "out" / "trace.jsonl")
     assert stats["shapes"]["dialogue_turns"] == 2 and stats["alone"]["dialogue_turns"] == 0
     assert report["dialogue_turns"] == 2 and report["protocol_overrides"]["dialogue_turns"] == {"0": 1}

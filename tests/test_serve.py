@@ -61,7 +61,7 @@ def receiver():
 
 @pytest.fixture(scope="module")
 def tiny_config(tiny_model_dir) -> EngineConfig:
-    return EngineConfig(model=str(tiny_model_dir), max_new_tokens=8)
+    return EngineConfig.from_settings(model=str(tiny_model_dir), max_new_tokens=8)
 
 
 @pytest.fixture(scope="module")
@@ -477,7 +477,7 @@ def test_ui_mounts_the_web_page_on_the_same_engine(engine):
 
 
 # ---- the bundled model: answers through the API are the engine's ------------------------------------------------
-BUNDLED = EngineConfig(frame_px=112, max_new_tokens=12)
+BUNDLED = EngineConfig.from_settings(frame_px=112, max_new_tokens=12)
 QUESTION = "How many shapes are on screen?"
 
 

@@ -27,7 +27,7 @@ QUESTION = "What do you see?"
 
 @pytest.fixture(scope="module")
 def config(tiny_model_dir) -> EngineConfig:
-    return EngineConfig(model=str(tiny_model_dir), max_new_tokens=8)
+    return EngineConfig.from_settings(model=str(tiny_model_dir), max_new_tokens=8)
 
 
 @pytest.fixture(scope="module")

@@ -35,7 +35,7 @@ N1, N2 = 24, 10  # frames before and after the restart
 
 
 def _cfg(model) -> EngineConfig:
-    return EngineConfig(model=str(model), window_tokens=40, max_new_tokens=4, fps=FPS)
+    return EngineConfig.from_settings(model=str(model), window_tokens=40, max_new_tokens=4, fps=FPS)
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +177,7 @@ CHILD = textwrap.dedent('''
     model, directory, stage = sys.argv[1:4]
     rng = np.random.default_rng(5)
     frames = [rng.integers(0, 256, (56, 56, 3), dtype=np.uint8) for _ in range(400)]
-    sa = StreamingAssistant(EngineConfig(model=model, window_tokens=12, max_new_tokens=2, fps=2.0))
+    sa = StreamingAssistant(EngineConfig.from_settings(model=model, window_tokens=12, max_new_tokens=2, fps=2.0))
     sa.run_simulated(SyntheticSource(lambda i, t: frames[i], 2.0, 20), [])
     print(json.dumps(sa.save(directory)), flush=True)
 
@@ -186,14 +186,14 @@ CHILD = textwrap.dedent('''
         threading.Event().wait()
 
     if stage == "files":  # after the first files of the new snapshot are written and synced
-        real = session_store._sha256
+        real = session_store.file_sha256
         calls = [0]
         def sha(path):
             calls[0] += 1
             if calls[0] == 3:
                 hang("files")
             return real(path)
-        session_store._sha256 = sha
+        session_store.file_sha256 = sha
     elif stage == "rename":  # the new folder is complete, not yet named
         session_store.os.rename = lambda a, b: hang("rename")
     elif stage == "pointer":  # the new pointer is written to its temp file, not yet in place
@@ -416,7 +416,7 @@ def test_any_edit_of_meta_json_resumes_valid_state_or_is_one_line(adapter, edita
         node[path[-1]] = value
     try:
         _write_meta(directory, meta)
-        with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):  # config.memory_dir may be "x"
+        with tempfile.TemporaryDirectory() as scratch, contextlib.chdir(scratch):  # config.memory.dir may be "x"
             try:
                 sa = StreamingAssistant.resume(directory, adapter=adapter)
             except SnapshotError as e:

@@ -41,7 +41,7 @@ def test_three_hours_at_full_speed_stay_within_caps(adapter, tmp_path):
     n_frames = int(STREAM_S * FPS)
     palette = np.random.default_rng(0).integers(0, 256, (64, 56, 56, 3), dtype=np.uint8)
     source = SyntheticSource(lambda i, t: palette[(i * 7 + i // 5) % 64], fps=FPS, n_frames=n_frames)
-    cfg = EngineConfig(model="unused", fps=FPS, window_tokens=60, max_new_tokens=2, memory_ram_mb=RAM_MB,
+    cfg = EngineConfig.from_settings(model="unused", fps=FPS, window_tokens=60, max_new_tokens=2, memory_ram_mb=RAM_MB,
                        memory_disk_mb=DISK_MB, memory_dir=str(tmp_path / "spill"), question_queue_size=4)
     threads0, fds0 = threading.active_count(), _fds()
     sa = StreamingAssistant(cfg, adapter=adapter)

@@ -145,7 +145,7 @@ def frame_times():
 
 def _cfg(**kw) -> EngineConfig:
     """The change gate is off unless a test turns it on: the random model's chunk vectors mean nothing."""
-    return EngineConfig(**{"model": "unused", "fps": FPS, "window_tokens": 60, "max_new_tokens": 3,
+    return EngineConfig.from_settings(**{"model": "unused", "fps": FPS, "window_tokens": 60, "max_new_tokens": 3,
                            "memory_top_k": 0, "gate_min_novelty": 0.0, **kw})
 
 

@@ -131,5 +131,5 @@ def load_adapter(model: str, device: str = "cpu", dtype: str = "auto", index_lay
 
 def adapter_for(config) -> VideoLLMAdapter:
     """The adapter an `EngineConfig` asks for (model, device, dtype, index layer, device map, attention)."""
-    return load_adapter(config.model, config.device, config.dtype, config.index_layer, device_map=config.device_map,
-                        attn=config.attn)
+    return load_adapter(config.model, config.device, config.dtype, config.memory.index_layer,
+                        device_map=config.device_map, attn=config.attn)

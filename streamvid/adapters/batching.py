@@ -77,7 +77,7 @@ def right_aligned_cache(adapter: HFVideoAdapter, pasts: Sequence[Context], spare
     for i, layer in enumerate(cache.layers):
         like = next((p.keys[i] for p in pasts if p.n_tokens), None)
         if like is None:  # every context empty: the layer's own dtype and device
-            weight = adapter._lm.layers[i].self_attn.k_proj.weight
+            weight = adapter.language_model.layers[i].self_attn.k_proj.weight
             like = weight.new_empty((1, adapter.kv_heads, 0, adapter.head_dim))
         buffered = type(layer) is DynamicLayer
         shape = (len(pasts), like.shape[1], width + (spare if buffered else 0), like.shape[3])
@@ -155,8 +155,8 @@ def _encode_group(adapter: HFVideoAdapter, pasts: Sequence[Context], chunks: Seq
     positions = [c.positions + p.next_pos for c, p in zip(chunks, pasts)]
     vision = chunks[0].vision if len(chunks) == 1 else {
         name: torch.cat([c.vision[name] for c in chunks]) for name in chunks[0].vision}
-    with (adapter.lock, torch.inference_mode(), adapter._capture("k") as captured,
-          adapter._decoder_inputs() as embeds):
+    with (adapter.lock, torch.inference_mode(), adapter.capture("k") as captured,
+          adapter.decoder_inputs() as embeds):
         _, cache, width = prefill_rows(adapter, pasts, ids, positions, **vision)
     out = []
     for r, chunk in enumerate(chunks):
@@ -185,7 +185,7 @@ def probe_rows(adapter: HFVideoAdapter, rows: Sequence[tuple[Context, str]]) -> 
     with adapter.lock, torch.inference_mode():
         logits = prefill_rows(adapter, pasts, ids, positions)[0]
     p = torch.softmax(logits[:, -1].float(), dim=-1)  # (B, vocab)
-    yes, no = p[:, adapter._yes_ids].sum(-1).tolist(), p[:, adapter._no_ids].sum(-1).tolist()
+    yes, no = p[:, adapter.yes_ids].sum(-1).tolist(), p[:, adapter.no_ids].sum(-1).tolist()
     return [y / (y + n) if y + n > 0 else 0.5 for y, n in zip(yes, no)]
 
 
@@ -241,7 +241,7 @@ class Decoding:
         fed = len(self.prompt_ids) + len(self.tokens) - 1 if self._started else 0
         return self.context.next_pos + fed
 
-    def _own_kv(self) -> Context:
+    def own_kv(self) -> Context:
         """Its K/V so far as a context of its own: the context before the first step, after it the real columns of
         its row in its batch's cache (context, prompt, the generated tokens fed)."""
         if self._batch is None:
@@ -285,7 +285,7 @@ def decode(adapter: HFVideoAdapter, decodings: Sequence[Decoding]) -> None:
     with torch.inference_mode():
         batch = live[0]._batch
         if batch is None or len(batch.members) != len(live) or any(d._batch is not batch for d in live):
-            batch = _new_batch(adapter, live)
+            batch = new_batch(adapter, live)
         rows = batch.members
         ids = [torch.tensor(d._pending()) for d in rows]
         positions = [adapter.text_positions(d._next_pos(), len(i)) for d, i in zip(rows, ids)]
@@ -316,10 +316,10 @@ def decode(adapter: HFVideoAdapter, decodings: Sequence[Decoding]) -> None:
             d.cancel()
 
 
-def _new_batch(adapter: HFVideoAdapter, rows: list[Decoding]) -> _Batch:
+def new_batch(adapter: HFVideoAdapter, rows: list[Decoding]) -> _Batch:
     """A cache for `rows`, from each one's own K/V, with room for its pending ids and the tokens it may still
     generate. A single row: `buffered_cache` (a context with room is written in place, as the single-row path does)."""
-    pasts = [d._own_kv() for d in rows]
+    pasts = [d.own_kv() for d in rows]
     spare = max(len(d._pending()) for d in rows) + max(d.max_new_tokens - len(d.tokens) for d in rows)
     if len(rows) == 1:
         batch = _Batch(rows, buffered_cache(adapter.model.config, pasts[0], spare), None, pasts[0].n_tokens)

@@ -95,23 +95,24 @@ class HFVideoAdapter:
         self.tokenizer = self.processor.tokenizer
         self.video_processor = self.processor.video_processor
         text_cfg = cfg.get_text_config()
-        self._lm = self.model.model.language_model
+        self.language_model = self.model.model.language_model
         n_layers = text_cfg.num_hidden_layers
         if not 0 <= index_layer < n_layers:
             raise ValueError(f"index_layer must be in [0, {n_layers}), got {index_layer}")
         self.index_layer = index_layer
-        self._attn = self._lm.layers[index_layer].self_attn
+        self._attn = self.language_model.layers[index_layer].self_attn
         self.kv_heads = text_cfg.num_key_value_heads
         self._heads = text_cfg.num_attention_heads
         self.head_dim = getattr(text_cfg, "head_dim", None) or text_cfg.hidden_size // self._heads
         self.index_dim = self.kv_heads * self.head_dim
         self.kv_shape = KVShape(n_layers, self.kv_heads, self.head_dim, DTYPE_BYTES[dtype])
-        self.positions = RopePositions(self._lm.rotary_emb.inv_freq.detach().float().cpu(), self.position_axes)
+        inv_freq = self.language_model.rotary_emb.inv_freq.detach().float().cpu()
+        self.positions = RopePositions(inv_freq, self.position_axes)
         unk = self.tokenizer.unk_token_id
         stops = [self.tokenizer.convert_tokens_to_ids(t) for t in self.stop_tokens] + [self.tokenizer.eos_token_id]
         self.stop_ids = {i for i in stops if i is not None and i >= 0 and i != unk}
         yes, no = self._word_ids(["yes", "Yes", " yes", " Yes"]), self._word_ids(["no", "No", " no", " No"])
-        self._yes_ids, self._no_ids = sorted(yes - no), sorted(no - yes)  # a shared first token says nothing
+        self.yes_ids, self.no_ids = sorted(yes - no), sorted(no - yes)  # a shared first token says nothing
 
     @property
     def rope_inv_freq(self) -> torch.Tensor:
@@ -237,7 +238,8 @@ class HFVideoAdapter:
         return keys, values
 
     @contextmanager
-    def _capture(self, which: str):
+    def capture(self, which: str):
+        """The index layer's key ("k") or query ("q") projections of the forwards run inside, as a list."""
         captured: list[torch.Tensor] = []
         proj = self._attn.k_proj if which == "k" else self._attn.q_proj
         handle = proj.register_forward_hook(lambda _m, _i, out: captured.append(out.detach()))
@@ -247,7 +249,7 @@ class HFVideoAdapter:
             handle.remove()
 
     @contextmanager
-    def _decoder_inputs(self):
+    def decoder_inputs(self):
         """The input embeddings the decoder receives (vision tokens already in place), as a one-item list."""
         captured: list[torch.Tensor] = []
 
@@ -256,7 +258,7 @@ class HFVideoAdapter:
             if x is not None:
                 captured.append(x.detach())
 
-        handle = self._lm.register_forward_pre_hook(grab, with_kwargs=True)
+        handle = self.language_model.register_forward_pre_hook(grab, with_kwargs=True)
         try:
             yield captured
         finally:

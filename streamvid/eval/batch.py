@@ -34,7 +34,6 @@ and the report read as a local run's. Workers need streamvid installed and the v
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 import time
@@ -137,7 +136,8 @@ class _Runner:
                     self.poll(e)
                 else:
                     native.append(e)
-            elif e["kind"] == "user_query" and self.config.dialogue_turns and chain and chain[0]["t"] == e["t"]:
+            elif (e["kind"] == "user_query" and self.config.generation.dialogue_turns and chain
+                  and chain[0]["t"] == e["t"]):
                 chain.append(e)  # the next turn of a dialogue at the same time: one clip, turns kept
             elif e["kind"] == "user_query":
                 self.dialogue(chain)
@@ -284,12 +284,6 @@ def _run_ray(todo: list[dict], config: EngineConfig, mode: str, address: str, wo
             ray.shutdown()
 
 
-def changed_from_defaults(config: EngineConfig) -> dict:
-    """Every engine setting of the run that is not EngineConfig's default (the model is named on its own)."""
-    return {f.name: getattr(config, f.name) for f in dataclasses.fields(config)
-            if f.name != "model" and getattr(config, f.name) != f.default}
-
-
 def run_all(episodes: list[dict], config: EngineConfig, trace_path: str | Path, mode: str = "native",
             resume: bool = False, progress: Callable[..., None] | None = _progress, ray: str | None = None,
             ray_workers: int | None = None) -> None:
@@ -298,8 +292,8 @@ def run_all(episodes: list[dict], config: EngineConfig, trace_path: str | Path, 
     trace_path = Path(trace_path)
     model = "bundled streamvid-tiny" if config.model == str(BUNDLED_MODEL) else config.model
     run_header = {"episode_id": None, "event_id": None, "type": "run", "mode": mode, "model": model,
-                  "fps": config.fps, "window_tokens": config.window_tokens, "memory_top_k": config.memory_top_k,
-                  **episode_settings(config), "changed_from_defaults": changed_from_defaults(config)}
+                  "fps": config.fps, "window_tokens": config.window.tokens, "memory_top_k": config.memory.top_k,
+                  **episode_settings(config), "changed_from_defaults": config.changed()}
     kept, done = [], set()
     if resume and trace_path.is_file():
         records, done = read_trace(trace_path)

@@ -47,7 +47,8 @@ def episode_config(ep: dict, config: EngineConfig) -> EngineConfig:
 
 def episode_settings(config: EngineConfig) -> dict:
     """The protocol-settable values an episode ran with, as its trace's "stats" record holds them."""
-    return {k: getattr(config, k) for k in PROTOCOL_SETTINGS}
+    settings = config.settings()
+    return {k: settings[k] for k in PROTOCOL_SETTINGS}
 
 
 def protocol_overrides(records: list[dict], run: dict) -> dict:
@@ -241,8 +242,8 @@ def score_files(paths: list[str | Path], config: EngineConfig, out_dir: str | Pa
     out.mkdir(parents=True, exist_ok=True)
     run_episodes(episodes, config, out / "trace.jsonl")
     records = [json.loads(line) for line in (out / "trace.jsonl").read_text().splitlines() if line.strip()]
-    report = {"episodes": [str(p) for p in paths], "model": config.model, "memory_top_k": config.memory_top_k,
-              "window_tokens": config.window_tokens, "dialogue_turns": config.dialogue_turns,
+    report = {"episodes": [str(p) for p in paths], "model": config.model, "memory_top_k": config.memory.top_k,
+              "window_tokens": config.window.tokens, "dialogue_turns": config.generation.dialogue_turns,
               "protocol_overrides": protocol_overrides(records, episode_settings(config)),
               **score_trace(episodes, out / "trace.jsonl")}
     (out / "report.json").write_text(json.dumps(report, indent=1))

@@ -2,7 +2,8 @@
 one engine, or over R engines on Ray Serve.
 
     streamvid serve [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--model M] [--allow-dir DIR]...
-                    [--alert-webhook URL]... [--ui] [--ray [ADDRESS] --replicas R] [engine flags]
+                    [--alert-webhook URL]... [--stream-idle-timeout-s 600] [--session-save-s 60] [--ui]
+                    [--ray [ADDRESS] --replicas R [--max-replicas N --streams-per-replica S]] [engine flags]
 
 Registered by streamvid/cli.py's build_parser (`register`). Routes: docs/api.md.
 """
@@ -17,20 +18,12 @@ import time
 
 def register(sub: argparse._SubParsersAction) -> None:
     from streamvid.cli_engine import add_engine_args
-    from streamvid.config import BUNDLED_MODEL, EngineConfig
-
-    d = EngineConfig()
     s = sub.add_parser("serve", help="HTTP API: OpenAI-compatible chat about streams, SSE events, realtime WebSocket, "
                                      "Ray Serve replicas")
     s.add_argument("--host", default="127.0.0.1", help="address to bind; other than loopback needs --api-key")
     s.add_argument("--port", type=int, default=8000)
     s.add_argument("--api-key", default=None, metavar="KEY",
                    help="require 'Authorization: Bearer KEY' on every /v1 route (default: $STREAMVID_API_KEY)")
-    s.add_argument("--model", default=str(BUNDLED_MODEL), help="HF checkpoint directory or id (default: bundled)")
-    s.add_argument("--fps", type=float, default=d.fps, help="frames per second a stream samples by default")
-    s.add_argument("--frame-px", type=int, default=None, help="resize frames to N x N first (the bundled model: 112)")
-    s.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens)
-    s.add_argument("--narrate", action="store_true", help="streams comment on scene changes ({'type': 'say'})")
     s.add_argument("--allow-dir", action="append", default=[], metavar="DIR",
                    help="a folder whose video files clients may open as sources (repeatable; default: none)")
     s.add_argument("--allow-private-urls", action="store_true",
@@ -46,8 +39,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--ui", action="store_true", help="also serve the web app's page at / on the same engine")
     s.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                    help="serve through Ray Serve on the cluster at ADDRESS (a local one without it)")
-    s.add_argument("--replicas", type=int, default=2, help="with --ray: engine replicas, one engine each")
-    add_engine_args(s, d)
+    s.add_argument("--replicas", "--min-replicas", type=int, default=2, dest="replicas",
+                   help="with --ray: engine replicas, one engine each (with --max-replicas: the fewest there are)")
+    s.add_argument("--max-replicas", type=int, default=None, metavar="N",
+                   help="with --ray and --streams-per-replica: add engine replicas up to N")
+    s.add_argument("--streams-per-replica", type=int, default=None, metavar="S",
+                   help="with --ray: add a replica when a stream opens while every replica holds S streams")
+    s.add_argument("--scale-down-after-s", type=float, default=300.0, metavar="SECONDS",
+                   help="remove an added replica that has held no stream this long")
+    s.add_argument("--stream-idle-timeout-s", type=float, default=600.0, metavar="SECONDS",
+                   help="close a stream without frames, questions or reads this long (0: never)")
+    s.add_argument("--session-save-s", type=float, default=60.0, metavar="SECONDS",
+                   help="save a stream opened with a session_dir this often, and when it closes (0: only then)")
+    add_engine_args(s)
     s.set_defaults(func=cmd_serve)
 
 
@@ -62,20 +66,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ValueError("--ui serves the page on this process's engine: it cannot be combined with --ray")
     if not 1 <= args.port <= 65535:
         raise ValueError(f"--port must be in 1..65535, got {args.port}")
+    policy = _scale_policy(args)
     offline_if_local(args.model, embedder_checkpoint(args))
-    cfg = engine_config(args, frame_px=args.frame_px, max_new_tokens=args.max_new_tokens, narrate=args.narrate)
+    cfg = engine_config(args)
     check_model(cfg.model)
     options = ServeOptions(api_key=api_key, model_id=model_id(cfg.model), allow_dirs=tuple(args.allow_dir),
                            allow_private_urls=args.allow_private_urls, max_frame_pixels=args.max_frame_pixels,
                            max_outage_s=args.max_outage_s, answer_timeout_s=args.answer_timeout_s,
-                           max_new_tokens=cfg.max_new_tokens, webhook_urls=tuple(args.alert_webhook))
+                           max_new_tokens=cfg.generation.max_new_tokens, webhook_urls=tuple(args.alert_webhook),
+                           stream_idle_timeout_s=_seconds(args.stream_idle_timeout_s, "--stream-idle-timeout-s"),
+                           session_save_s=_seconds(args.session_save_s, "--session-save-s"))
     from streamvid.serve.policy import SourcePolicy
     from streamvid.serve.webhooks import WebhookSender
 
     SourcePolicy(allow_dirs=options.allow_dirs)  # a missing --allow-dir is one line now
     WebhookSender.check(options.webhook_urls)
     if args.ray:
-        return _serve_ray(args, cfg, options)
+        return _serve_ray(args, cfg, options, policy)
     from streamvid.engine import Engine
     from streamvid.serve.server import build_app, serve
 
@@ -90,29 +97,51 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve_ray(args: argparse.Namespace, cfg, options) -> int:
+def _seconds(value: float, flag: str) -> float | None:
+    """A period in seconds, 0 meaning off (None)."""
+    if not value >= 0:
+        raise ValueError(f"{flag} must be a number of seconds >= 0 (0: off), got {value}")
+    return value or None
+
+
+def _scale_policy(args: argparse.Namespace):
+    """The replicas of --ray: fixed, or from --replicas to --max-replicas on --streams-per-replica."""
+    from streamvid.serve.scaling import ScalePolicy
+
+    if not args.ray and (args.max_replicas is not None or args.streams_per_replica is not None):
+        raise ValueError("--max-replicas and --streams-per-replica are for --ray")
+    if args.streams_per_replica is not None and (args.max_replicas or 0) <= args.replicas:
+        raise ValueError(f"--streams-per-replica needs --max-replicas above --replicas ({args.replicas}): the most "
+                         f"engine replicas there may be")
+    return ScalePolicy(args.replicas, args.max_replicas, args.streams_per_replica, args.scale_down_after_s)
+
+
+def _serve_ray(args: argparse.Namespace, cfg, options, policy) -> int:
     import ray
     from ray import serve
 
     from streamvid.serve.ray_app import application
 
-    if args.replicas < 1:
-        raise ValueError(f"--replicas must be >= 1, got {args.replicas}")
     if args.ray == "local":
         ray.init(include_dashboard=False, log_to_driver=False)
     else:
         ray.init(address=args.ray, log_to_driver=False)
     try:
+        most = policy.max_replicas  # resources are shared out for the most replicas there may be
         gpus = ray.cluster_resources().get("GPU", 0)
         gpu = 1.0 if cfg.device != "cpu" and gpus >= args.replicas else 0.0
         cpus = ray.cluster_resources().get("CPU", 1)
-        per = min(1.0, cpus / args.replicas)
+        per = min(1.0, cpus / most)
         serve.start(http_options={"host": args.host, "port": args.port})
         serve.run(application(cfg, options, args.replicas, cpus_per_replica=per, gpus_per_replica=gpu,
-                              threads=max(1, int(cpus // args.replicas)) if not gpu else None),
+                              threads=max(1, int(cpus // most)) if not gpu else None,
+                              max_replicas=policy.max_replicas, streams_per_replica=policy.streams_per_replica,
+                              scale_down_after_s=policy.scale_down_after_s),
                   name="streamvid", route_prefix="/")
-        print(f"streamvid serve: http://{args.host}:{args.port} on Ray Serve, {args.replicas} engine replicas "
-              f"(model {options.model_id}; docs at /docs)", file=sys.stderr, flush=True)
+        scaling = (f" (up to {most} at {policy.streams_per_replica} streams per replica)" if policy.autoscaling
+                   else "")
+        print(f"streamvid serve: http://{args.host}:{args.port} on Ray Serve, {args.replicas} engine replicas"
+              f"{scaling} (model {options.model_id}; docs at /docs)", file=sys.stderr, flush=True)
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:

@@ -44,6 +44,12 @@ class Unauthorized(ServeError):
     status, type = 401, "invalid_request_error"
 
 
+class Forbidden(ServeError):
+    """A path the server does not allow (a session folder outside every --allow-dir)."""
+
+    status, type = 403, "permission_error"
+
+
 class NotFound(ServeError):
     status, type = 404, "not_found_error"
 

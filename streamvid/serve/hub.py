@@ -6,6 +6,8 @@
     hub.push(info["id"], png_bytes, "image/png")  # frames into a push stream
     qid = hub.ask(info["id"], "What colour is the circle?")
     hub.close(info["id"])                         # stops it; returns its final stats
+    hub.open("push", session_dir="/srv/s/cam1")   # saved there (periodically, at close); resume=True continues it
+    hub.reap_idle()                               # closes streams idle for options.stream_idle_timeout_s
 
 Each stream is a `StreamingAssistant` on the shared engine. One thread per stream ("streamvid-serve-fanout") is
 the only consumer of `sa.outputs()`: it turns every output into the JSON object `streamvid run` prints (a token
@@ -15,128 +17,49 @@ its oldest items (counted in `dropped`) and never holds up the others or the eng
 {"type": "status", "event": "ended"} when a clip or URL ends, "error" when the stream's work failed, and "closed"
 when the stream is stopped, after which every subscriber's `get` returns CLOSED.
 
-Thread contract: every public method of `Hub` from any thread; `_lock` guards the streams table only. A
-`Subscriber` is offered items by the fan-out thread and read by one consumer (`get` from an asyncio task, or
-`get_sync` from a thread).
+Every request about a stream (a frame, a question, a status read, a watch) and every open subscriber (an events
+stream, a realtime socket, a chat completion waiting for its answer) counts as activity: a stream without any for
+`options.stream_idle_timeout_s` is closed by `reap_idle` (an IdleReaper thread calls it), its final stats logged.
+A stream opened with a `session_dir` (stream_sessions.py) is saved there every `options.session_save_s` and when
+it closes, however it closes; `open(..., resume=True)` continues a saved one.
+
+Thread contract: every public method of `Hub` from any thread; `_lock` guards the streams table only. Subscribers:
+subscriber.py. `clock` (monotonic seconds) may be replaced, for tests.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import math
 import secrets
 import threading
 import time
-from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from streamvid.assistant import BusyError, StreamingAssistant
 from streamvid.engine import EngineFull
 import streamvid.serve.images as images
 from streamvid.serve.errors import BadRequest, Busy, Conflict, NotFound, Unavailable, finite
+from streamvid.serve.options import ServeOptions, model_id
 from streamvid.serve.policy import SourcePolicy
+from streamvid.serve.reaper import IdleReaper, reap_period_s
+from streamvid.serve.stream_sessions import SESSION_MARK, SessionFolders, StreamSession
+from streamvid.serve.subscriber import CLOSED, Subscriber
 from streamvid.user_text import clean
 
-CLOSED = object()  # what Subscriber.get returns once the stream is gone
+log = logging.getLogger(__name__)
+
 MAX_STREAM_S = 10 * 365 * 24 * 3600.0  # stream times beyond ten years are refused
 FANOUT_WAIT_S = 0.25
-
-
-@dataclass(frozen=True)
-class ServeOptions:
-    """What a server allows; the same for every stream (and every replica under Ray)."""
-
-    api_key: str | None = None
-    model_id: str = "streamvid"
-    allow_dirs: tuple[str, ...] = ()
-    allow_private_urls: bool = False
-    max_frame_pixels: int = 4096 * 4096
-    max_outage_s: float | None = 300.0
-    max_body_mb: float = 32.0  # largest image body accepted
-    max_fps: float = 30.0
-    max_new_tokens: int | None = None  # the engine's: an answer that long finishes with "length"
-    answer_timeout_s: float = 120.0  # a chat completion waits this long for its answer
-    subscriber_queue: int = 1024  # items one subscriber may be behind before it loses the oldest
-    webhook_urls: tuple[str, ...] = ()
-    webhook_queue: int = 256
-    webhook_retries: int = 5
-    heartbeat_s: float = 15.0  # SSE comment / idle tick while no output comes
-
-
-def model_id(model: str) -> str:
-    """The id /v1/models lists: a checkpoint folder's name, or the Hugging Face id."""
-    path = Path(model)
-    return path.name if path.is_dir() else model
-
-
-class Subscriber:
-    """A bounded queue of one stream's outputs (JSON objects) for one consumer; see the module docstring."""
-
-    def __init__(self, maxlen: int, deltas: bool, loop: asyncio.AbstractEventLoop | None = None):
-        self.deltas = deltas  # answer.delta items too
-        self.dropped = 0
-        self._items: deque = deque()
-        self._maxlen = maxlen
-        self._lock = threading.Lock()
-        self._ready = threading.Event()
-        self._loop = loop
-        self._event = asyncio.Event() if loop is not None else None
-        self.closed = False
-
-    def offer(self, item) -> None:
-        with self._lock:
-            if self.closed:
-                return
-            if item is CLOSED:
-                self.closed = True
-            elif len(self._items) >= self._maxlen:
-                self._items.popleft()
-                self.dropped += 1
-            self._items.append(item)
-        self._ready.set()
-        if self._loop is not None:
-            try:
-                self._loop.call_soon_threadsafe(self._event.set)
-            except RuntimeError:  # the consumer's loop has closed: nobody is listening
-                pass
-
-    def _take(self):
-        with self._lock:
-            if self._items:
-                return self._items.popleft()
-            self._ready.clear()
-            if self._event is not None:
-                self._event.clear()
-            return None
-
-    async def get(self, timeout_s: float | None = None):
-        """The next item; None after `timeout_s` without one; CLOSED once the stream is gone."""
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while True:
-            item = self._take()
-            if item is not None:
-                return item
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return None
-            try:
-                async with asyncio.timeout(left):  # (no task of its own: a cancelled consumer leaves nothing behind)
-                    await self._event.wait()
-            except TimeoutError:
-                return None
-
-    def get_sync(self, timeout_s: float):
-        item = self._take()
-        if item is None and self._ready.wait(timeout_s):
-            item = self._take()
-        return item
 
 
 @dataclass
 class ServedStream:
     id: str
-    sa: StreamingAssistant
+    sa: object  # its StreamingAssistant
     kind: str
     source: str
     fps: float
@@ -150,16 +73,23 @@ class ServedStream:
     done: threading.Event = field(default_factory=threading.Event)
     thread: threading.Thread | None = None
     ended_sent: bool = False
+    session: StreamSession | None = None  # its session folder
+    last_active: float = 0.0  # hub clock of the last request about it
 
     def info(self) -> dict:
-        return {"id": self.id, "object": "stream", "source": self.source, "created": self.created, "fps": self.fps}
+        info = {"id": self.id, "object": "stream", "source": self.source, "created": self.created, "fps": self.fps}
+        if self.session is not None:
+            info.update(session_dir=str(self.session.folder), resumed=self.session.resume)
+        return info
 
 
 class Hub:
     """The streams of one engine by id; ids start with `prefix` (a replica's, under Ray)."""
 
-    def __init__(self, engine, options: ServeOptions | None = None, prefix: str = "vs-", webhooks=None):
+    def __init__(self, engine, options: ServeOptions | None = None, prefix: str = "vs-", webhooks=None,
+                 clock: Callable[[], float] = time.monotonic):
         self.engine = engine
+        self.clock = clock
         self.config = engine.config
         self.options = options or ServeOptions(model_id=model_id(engine.config.model))
         self.prefix = prefix
@@ -168,31 +98,49 @@ class Hub:
                                    max_frame_pixels=self.options.max_frame_pixels,
                                    allow_private_urls=self.options.allow_private_urls,
                                    max_outage_s=self.options.max_outage_s, frame_px=self.config.frame_px)
+        self.folders = SessionFolders(self.policy.allow_dirs, self.options.session_save_s)
         self._streams: dict[str, ServedStream] = {}
         self._lock = threading.Lock()
         engine.start()  # warmed up and scheduling before the first (live) source opens
+        timeout = self.options.stream_idle_timeout_s
+        self._reaper = IdleReaper(self.reap_idle, reap_period_s(timeout)) if timeout else None
 
     # ---- streams ----------------------------------------------------------------------------------------
-    def open(self, source: object, fps: float | None = None) -> dict:
-        """A new stream on `source` (see policy.SourcePolicy); Busy when the engine is full."""
+    def open(self, source: object, fps: float | None = None, session_dir: object = None,
+             resume: bool = False) -> dict:
+        """A new stream on `source` (see policy.SourcePolicy); Busy when the engine is full. With `session_dir` (a
+        folder inside an --allow-dir) it is saved there; `resume` continues the session saved there instead of
+        starting one (the stream clock, window, memory and dialogue go on)."""
         fps = self.config.fps if fps is None else fps
         if isinstance(fps, bool) or not isinstance(fps, int | float) or not math.isfinite(fps) \
                 or not 0 < fps <= self.options.max_fps:
             raise BadRequest(f"fps must be a number in (0, {self.options.max_fps:g}], got {fps!r}"[:200])
+        if not isinstance(resume, bool) or (resume and session_dir is None):
+            raise BadRequest('"resume": true needs the "session_dir" the stream was saved in')
         kind, label, open_source = self.policy.resolve(source)  # refused before a slot is taken
+        folder = self.folders.resolve(session_dir) if session_dir is not None else None
         config = self.config if fps == self.config.fps else self.config.replace(fps=float(fps))
+        session = self.folders.claim(folder, resume) if folder is not None else None
+        sa = None
         try:
-            sa = StreamingAssistant(config, engine=self.engine)
-        except EngineFull as e:
-            raise Busy(str(e)) from None
-        try:
+            try:
+                sa = (session.assistant(config, self.engine) if session
+                      else StreamingAssistant(config, engine=self.engine))
+            except EngineFull as e:
+                raise Busy(str(e)) from None
             src = open_source(float(fps))
             sa.start(src)
         except BaseException:
-            sa.stop()
+            if sa is not None:
+                sa.stop()
+            if session is not None:
+                session.release()
             raise
-        sid = f"{self.prefix}{secrets.token_hex(6)}"
-        s = ServedStream(sid, sa, kind, label, float(fps), int(time.time()), push=src if kind == "push" else None)
+        sid = f"{self.prefix}{SESSION_MARK if session else ''}{secrets.token_hex(6)}"
+        s = ServedStream(sid, sa, kind, label, float(fps), int(time.time()), push=src if kind == "push" else None,
+                         session=session, last_active=self.clock())
+        if session is not None:
+            session.start_autosave(sa)
         s.thread = threading.Thread(target=self._fanout, args=(s,), name="streamvid-serve-fanout", daemon=True)
         with self._lock:
             self._streams[sid] = s
@@ -200,10 +148,12 @@ class Hub:
         return s.info()
 
     def get(self, sid: str) -> ServedStream:
+        """The stream (a request about it: its idle clock starts again); NotFound."""
         with self._lock:
             s = self._streams.get(sid)
         if s is None:
             raise NotFound(f"no stream {sid[:100]!r} on this server (it was never opened, or was deleted)")
+        s.last_active = self.clock()
         return s
 
     def list(self) -> list[dict]:
@@ -222,8 +172,9 @@ class Hub:
     def _status(self, s: ServedStream) -> dict:
         stats = s.sa.stats()
         running = s.error is None and not s.sa.ended and not s.done.is_set()
+        extra = {"session": s.session.info()} if s.session is not None else {}
         return finite({**s.info(), **stats, "t_s": round(s.sa.latest_t_s, 3), "running": running,
-                       "ended": s.sa.ended, "error": s.error, "triggers": len(s.sa.triggers())})
+                       "ended": s.sa.ended, "error": s.error, "triggers": len(s.sa.triggers()), **extra})
 
     def close(self, sid: str) -> dict:
         """Stop the stream (source, reader and fan-out joined with bounds); its final stats."""
@@ -233,12 +184,40 @@ class Hub:
             raise NotFound(f"no stream {sid[:100]!r} on this server (it was never opened, or was deleted)")
         return self._stop(s)
 
-    def _stop(self, s: ServedStream) -> dict:
+    def reap_idle(self, now: float | None = None) -> list[dict]:
+        """Close every stream that has had no request and no subscriber for options.stream_idle_timeout_s (as of
+        `now`, by default the hub's clock); log and return their final stats."""
+        timeout = self.options.stream_idle_timeout_s
+        if not timeout:
+            return []
+        now = self.clock() if now is None else now
+        idle = []
+        with self._lock:
+            for sid, s in list(self._streams.items()):
+                with s.lock:
+                    watched = bool(s.subscribers)
+                if watched:
+                    s.last_active = now
+                elif now - s.last_active >= timeout:
+                    idle.append(self._streams.pop(sid))
+        finals = []
+        for s in idle:
+            final = self._stop(s, reason="idle")
+            log.warning("closed stream %s after %.0f s without frames, questions or reads; final stats: %s", s.id,
+                        now - s.last_active, json.dumps(final, allow_nan=False))
+            finals.append(final)
+        return finals
+
+    def _stop(self, s: ServedStream, reason: str = "deleted") -> dict:
         s.done.set()
+        if s.session is not None:
+            s.session.save_final(s.sa)  # before the stream's state is released; never raises
         try:
             s.sa.stop()
         except RuntimeError as e:  # the stream's work had failed and nobody had read it yet
             s.error = s.error or str(e)
+        if s.session is not None:
+            s.session.release()
         if s.thread is not None:
             s.thread.join(timeout=self.config.join_timeout_s + 2 * FANOUT_WAIT_S)
         try:
@@ -246,8 +225,9 @@ class Hub:
                 self._deliver(s, out)
         except RuntimeError as e:
             s.error = s.error or str(e)
-        final = {**self._status(s), "running": False, "deleted": True}
-        self._publish(s, {"type": "status", "event": "closed", "t_s": final["t_s"]})
+        final = {**self._status(s), "running": False, "deleted": True, "reason": reason}
+        why = {"reason": reason} if reason != "deleted" else {}  # (a client's own delete needs no reason)
+        self._publish(s, {"type": "status", "event": "closed", "t_s": final["t_s"], **why})
         with s.lock:
             subscribers = list(s.subscribers)
             s.subscribers.clear()
@@ -256,6 +236,8 @@ class Hub:
         return final
 
     def shutdown(self) -> None:
+        if self._reaper is not None:
+            self._reaper.stop()
         with self._lock:
             streams, self._streams = list(self._streams.values()), {}
         for s in streams:
@@ -359,6 +341,7 @@ class Hub:
         if s is not None:
             with s.lock:
                 s.subscribers.discard(sub)
+            s.last_active = self.clock()  # a reader leaving: the idle clock starts now
 
     def _fanout(self, s: ServedStream) -> None:
         """The stream's one consumer of sa.outputs(): each output to every subscriber, until the stream stops."""

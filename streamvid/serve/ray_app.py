@@ -1,7 +1,8 @@
 """`streamvid serve --ray [ADDRESS] --replicas R`: the same FastAPI app as the ingress of a Ray Serve application,
-over R engines.
+over R engines (or from R up to `max_replicas`, on streams per replica).
 
     app = application(EngineConfig(), ServeOptions(...), replicas=2)
+    app = application(config, options, replicas=1, max_replicas=4, streams_per_replica=8)   # autoscaling
     serve.start(http_options={"host": "127.0.0.1", "port": 8000})
     serve.run(app, name="streamvid", route_prefix="/")
 
@@ -12,6 +13,9 @@ one `Engine` and a streams hub (hub.py). One ingress deployment (`StreamvidIngre
 of routes.py) holds a handle to each and routes every request:
 
 - a new stream goes to the engine with the fewest streams (the next one when it is full: 429 only when all are);
+  with `streams_per_replica`, opening one while every engine holds that many adds an engine, and an added engine
+  left without streams for `scale_down_after_s` is removed (ray_engines.py: how, and why not Ray Serve's own
+  autoscaler);
 - a stream's id carries its engine and that replica's incarnation, `r{i}.{incarnation}-{token}`, so every later
   request for it (frames, chat completions, watches, events, the realtime socket) goes to `engine{i}` for the
   stream's whole life;
@@ -20,8 +24,11 @@ of routes.py) holds a handle to each and routes every request:
 
 When a replica dies, Ray Serve starts a new one under the same deployment, with a new incarnation and no streams:
 a request for a stream of the dead replica is answered 503 with a message saying that the replica holding it died
-or restarted and the stream is lost, both while the deployment has no replica (the handle fails) and after the new
-one is up (the incarnation in the id no longer matches). Streams on the other replicas go on.
+or restarted, both while the deployment has no replica (the handle fails) and after the new one is up (the
+incarnation in the id no longer matches). The message says the stream is lost, or, for a stream opened with a
+`session_dir` (its id says so: stream_sessions.py), that it can be resumed from its last save with
+`POST /v1/streams {"session_dir": ..., "resume": true}`, which opens it on a live replica. Streams on the other
+replicas go on. A session folder must be reachable from every replica (a shared filesystem on a multi-node cluster).
 """
 
 from __future__ import annotations
@@ -36,10 +43,13 @@ from ray import serve
 from ray.exceptions import RayError
 from ray.serve.exceptions import RayServeException
 
-from streamvid.serve.errors import Busy, NotFound, ServeError, Unavailable, wire_error
+from streamvid.serve.errors import NotFound, ServeError, Unavailable, wire_error
 from streamvid.serve.hub import Hub, ServeOptions
+from streamvid.serve.ray_engines import EngineSet
 from streamvid.serve.routes import create_app
+from streamvid.serve.scaling import ScalePolicy
 from streamvid.serve.service import HubService
+from streamvid.serve.stream_sessions import lost_hint
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +84,8 @@ class EngineReplica:
             raise NotFound(f"no method {method!r}")
         sid = args[0] if args and method not in ("open",) else None
         if isinstance(sid, str) and sid.startswith(f"r{self.index}.") and not sid.startswith(self.prefix):
-            raise Unavailable(f"stream {sid[:60]} was on replica r{self.index}, which died or restarted since: the "
-                              f"stream is lost; open a new one")
+            raise Unavailable(f"stream {sid[:60]} was on replica r{self.index}, which died or restarted since"
+                              f"{lost_hint(sid)}")
 
     async def call(self, method: str, *args):
         try:
@@ -100,24 +110,24 @@ class EngineReplica:
 class RayBackend:
     """The ingress's backend: each call forwarded to the engine replica that holds the stream (see module doc)."""
 
-    def __init__(self, handles: list, options: ServeOptions):
-        self.handles = handles
+    def __init__(self, engines: EngineSet, options: ServeOptions):
+        self.engines = engines
         self.options = options
 
     def _index(self, sid: str) -> int:
         m = _ID.match(sid) if isinstance(sid, str) else None
-        if m is None or int(m.group(1)) >= len(self.handles):
+        if m is None or int(m.group(1)) not in self.engines.indices():
             raise NotFound(f"no stream {str(sid)[:100]!r} on this server (it was never opened, or was deleted)")
         return int(m.group(1))
 
     def _unavailable(self, i: int, sid: str | None, e: BaseException) -> Unavailable:
         what = f"the replica holding stream {sid} (r{i})" if sid else f"replica r{i}"
-        lost = "; the stream is lost: open a new one" if sid else ""
-        return Unavailable(f"{what} is unavailable: it died or is restarting ({type(e).__name__}){lost}")
+        return Unavailable(f"{what} is unavailable: it died or is restarting ({type(e).__name__})"
+                           f"{lost_hint(sid) if sid else ''}")
 
     async def _call(self, i: int, method: str, *args, sid: str | None = None):
         try:
-            reply = await self.handles[i].call.remote(method, *args)
+            reply = await self.engines.handle(i).call.remote(method, *args)
         except RAY_ERRORS as e:
             raise self._unavailable(i, sid, e) from None
         if "err" in reply:
@@ -125,7 +135,7 @@ class RayBackend:
         return reply["ok"]
 
     async def _stream(self, i: int, method: str, *args, sid: str | None = None) -> AsyncIterator:
-        gen = self.handles[i].options(stream=True).stream.remote(method, *args)
+        gen = self.engines.handle(i).options(stream=True).stream.remote(method, *args)
         try:
             async for reply in gen:
                 if "err" in reply:
@@ -139,24 +149,33 @@ class RayBackend:
     async def _on(self, sid: str, method: str, *args):
         return await self._call(self._index(sid), method, sid, *args, sid=sid)
 
-    async def open(self, source: object, fps: float | None = None) -> dict:
-        counts = await asyncio.gather(*(self._call(i, "count") for i in range(len(self.handles))),
-                                      return_exceptions=True)
-        order = sorted((c, i) for i, c in enumerate(counts) if isinstance(c, int))
+    async def open(self, source: object, fps: float | None = None, session_dir: str | None = None,
+                   resume: bool = False) -> dict:
+        """On the least loaded replica that takes it; adds a replica when every one holds its target (then waits
+        for it only when no replica takes the stream)."""
+        engines = self.engines
+        engines.start()
+        counts = await engines.counts()
+        growing = engines.grow() if engines.policy.wants_replica(counts, len(engines)) else engines.growing()
         last: ServeError = Unavailable("no engine replica is available: all of them died or are restarting")
-        for _, i in order:
+        for i in engines.policy.order(counts):
             try:
-                return await self._call(i, "open", source, fps)
-            except (Busy, Unavailable) as e:  # full or gone: the next replica may take it
-                last = e
-            except ServeError as e:
+                return await self._open_on(i, source, fps, session_dir, resume)
+            except ServeError as e:  # full or gone: the next replica may take it
                 if e.status not in (429, 503):
                     raise
                 last = e
+        if growing is not None and (i := await asyncio.shield(growing)) is not None and i not in counts:
+            return await self._open_on(i, source, fps, session_dir, resume)
         raise last
 
+    async def _open_on(self, i: int, *args) -> dict:
+        async with self.engines.opening(i):
+            return await self._call(i, "open", *args)
+
     async def list(self) -> list[dict]:
-        found = await asyncio.gather(*(self._call(i, "list") for i in range(len(self.handles))),
+        self.engines.start()
+        found = await asyncio.gather(*(self._call(i, "list") for i in self.engines.indices()),
                                      return_exceptions=True)
         return [s for streams in found if isinstance(streams, list) for s in streams]
 
@@ -205,19 +224,28 @@ def ingress_app():
 @serve.deployment(max_ongoing_requests=10_000, ray_actor_options={"num_cpus": 0})
 @serve.ingress(ingress_app)
 class StreamvidIngress:
-    def __init__(self, options: ServeOptions, *engines):
+    def __init__(self, options: ServeOptions, policy: ScalePolicy, engine_args: tuple, *engines):
         # through the imported module: Ray Serve ships this class by value, with globals of its own
         import streamvid.serve.ray_app as this
 
-        this._backend = this.RayBackend(list(engines), options)
+        app = serve.get_replica_context().app_name
+        engine_set = this.EngineSet(dict(enumerate(engines)), policy, lambda i: this.engine(i, *engine_args), app)
+        this._backend = this.RayBackend(engine_set, options)
+
+
+def engine(i: int, config, options: ServeOptions, cpus: float, gpus: float, threads: int | None):
+    """Deployment `engine{i}`: one replica, one engine."""
+    return (EngineReplica.options(name=f"engine{i}", num_replicas=1,
+                                  ray_actor_options={"num_cpus": cpus, "num_gpus": gpus})
+            .bind(config, options, i, threads))
 
 
 def application(config, options: ServeOptions, replicas: int = 2, cpus_per_replica: float = 1.0,
-                gpus_per_replica: float = 0.0, threads: int | None = None):
-    """The Ray Serve application: `replicas` engine deployments behind the ingress."""
-    if replicas < 1:
-        raise ValueError(f"--replicas must be >= 1, got {replicas}")
-    engines = [EngineReplica.options(name=f"engine{i}", num_replicas=1,
-                                     ray_actor_options={"num_cpus": cpus_per_replica, "num_gpus": gpus_per_replica})
-               .bind(config, options, i, threads) for i in range(replicas)]
-    return StreamvidIngress.bind(options, *engines)
+                gpus_per_replica: float = 0.0, threads: int | None = None, max_replicas: int | None = None,
+                streams_per_replica: int | None = None, scale_down_after_s: float = 300.0):
+    """The Ray Serve application: `replicas` engine deployments behind the ingress; with `streams_per_replica`,
+    from `replicas` up to `max_replicas` of them (scaling.py)."""
+    policy = ScalePolicy(replicas, max_replicas, streams_per_replica, scale_down_after_s)
+    engine_args = (config, options, cpus_per_replica, gpus_per_replica, threads)
+    return StreamvidIngress.bind(options, policy, engine_args,
+                                 *(engine(i, *engine_args) for i in range(replicas)))

@@ -2,7 +2,8 @@
 realtime socket in realtime.py. The same app runs in one process (uvicorn, server.py) and as the ingress of a Ray
 Serve application (ray_app.py); only the backend behind `get_backend()` differs.
 
-    POST   /v1/streams                        {"source", "fps"} -> 201 {"id", "object": "stream", "source", "created"}
+    POST   /v1/streams                        {"source", "fps", "session_dir", "resume"} -> 201 {"id", "object": "stream",
+                                              "source", "created"}
     GET    /v1/streams                        {"object": "list", "data": [...]}
     GET    /v1/streams/{id}                   frames in/dropped, clock, window, memory (the stats line)
     DELETE /v1/streams/{id}                   stops it: the final stats
@@ -11,7 +12,8 @@ Serve application (ray_app.py); only the backend behind `get_backend()` differs.
     GET    /v1/streams/{id}/events            server-sent events: one per output (event: <type>, data: <JSON>)
 
 Errors are `{"error": {"message", "type", "code"}}` with a one-line message: 400 (bad value or JSON), 401 (API
-key), 404 (unknown stream, watch or model), 409 (frames to a stream that is not "push"), 413 (body too large),
+key), 403 (a session_dir outside the allowed folders), 404 (unknown stream, watch, model or saved session), 409
+(frames to a stream that is not "push", a session_dir in use or already holding a session), 413 (body too large),
 415 (not PNG/JPEG), 422 (a body of the wrong shape), 429 (engine full, questions queue full), 503 (the stream's
 replica died, or the stream failed), 504 (no answer in time). JSON never holds NaN or Infinity.
 """
@@ -36,8 +38,12 @@ from streamvid.serve.web import GetBackend, StrictJSONResponse, check_key, error
 
 class StreamCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    source: str = Field(description='"push", a demo clip name (shapes_7), a URL, or a file under an --allow-dir')
+    source: str | None = Field(None, description='"push", a demo clip name (shapes_7), a URL, or a file under an '
+                                                 '--allow-dir (required, except with "resume": then "push")')
     fps: float | None = Field(None, description="frames sampled per second (default: the server's --fps)")
+    session_dir: str | None = Field(None, description="a folder inside an --allow-dir where the stream is saved "
+                                                      "(periodically and when it closes)")
+    resume: bool = Field(False, description="continue the session saved in session_dir (memory, dialogue, clock)")
 
 
 class WatchCreate(BaseModel):
@@ -61,7 +67,11 @@ def create_app(get_backend: GetBackend,
 
     @app.post("/v1/streams", status_code=201, dependencies=auth)
     async def open_stream(body: StreamCreate) -> dict:
-        return await get_backend().open(body.source, body.fps)
+        if body.source is None and not body.resume:
+            raise ServeError('source: Field required ("push", a demo clip name, a URL or an allowed file)', 422,
+                             "invalid_request_error")
+        source = "push" if body.source is None else body.source
+        return await get_backend().open(source, body.fps, body.session_dir, body.resume)
 
     @app.get("/v1/streams", dependencies=auth)
     async def list_streams() -> dict:

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 def build_app(engine, options: ServeOptions | None = None, ui: bool = False) -> FastAPI:
     options = options or ServeOptions(model_id=model_id(engine.config.model),
-                                      max_new_tokens=engine.config.max_new_tokens)
+                                      max_new_tokens=engine.config.generation.max_new_tokens)
     webhooks = (WebhookSender(options.webhook_urls, options.webhook_queue, options.webhook_retries)
                 if options.webhook_urls else None)
     hub = Hub(engine, options, webhooks=webhooks)

@@ -19,7 +19,8 @@ import time
 from collections.abc import AsyncIterator
 
 from streamvid.serve.errors import Timeout, Unavailable
-from streamvid.serve.hub import CLOSED, Hub
+from streamvid.serve.hub import Hub
+from streamvid.serve.subscriber import CLOSED
 
 
 class HubService:
@@ -27,8 +28,9 @@ class HubService:
         self.hub = hub
         self.options = hub.options
 
-    async def open(self, source: object, fps: float | None = None) -> dict:
-        return await asyncio.to_thread(self.hub.open, source, fps)
+    async def open(self, source: object, fps: float | None = None, session_dir: str | None = None,
+                   resume: bool = False) -> dict:
+        return await asyncio.to_thread(self.hub.open, source, fps, session_dir, resume)
 
     async def list(self) -> list[dict]:
         return self.hub.list()

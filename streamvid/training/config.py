@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
+from streamvid.config import DEFAULTS
+
 REALTIME = ("realtime_colour", "realtime_shape", "realtime_count", "realtime_exists", "probe", "probe_edge")
 FAMILY_WEIGHTS = {"realtime_colour": 1.0, "realtime_shape": 1.0, "realtime_count": 1.0, "realtime_exists": 1.0,
                   "probe": 1.0, "probe_edge": 1.0, "backward_colour": 2.0, "backward_shape": 1.5,
@@ -31,9 +33,9 @@ class TrainConfig:
     lr: float = 1e-3
     weight_decay: float = 0.1
     window_blocks: int = 8  # the engine's default window (window_tokens / tokens per block)
-    top_k: int = 4  # the engine's default memory_top_k
-    fps: float = 2.0
-    frames_per_chunk: int = 2
+    top_k: int = DEFAULTS.memory.top_k  # the engine's default
+    fps: float = DEFAULTS.fps
+    frames_per_chunk: int = DEFAULTS.frames_per_chunk
     frame_px: int = 112
     minutes: float = 10.0
     n_timelines: int = 32

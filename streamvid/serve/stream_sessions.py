@@ -1,0 +1,155 @@
+"""Session folders of served streams: a stream opened with a `session_dir` is saved there (every
+`ServeOptions.session_save_s` and when it closes) with the library's session snapshots (streamvid.session_store),
+and can be resumed from there: by the same server after a restart, or by another Ray replica after the one that
+held it died.
+
+    folders = SessionFolders(policy.allow_dirs, save_every_s=60.0)
+    folder = folders.resolve("/srv/streamvid/cam1")   # Forbidden unless inside an --allow-dir folder
+    session = folders.claim(folder, resume=True)       # the folder's lock; NotFound / Conflict saying why not
+    sa = session.assistant(config, engine)             # a fresh StreamingAssistant, or the saved one resumed
+    session.start_autosave(sa)
+    ...
+    session.save_final(sa)                             # (then sa.stop()) the last snapshot, never raising
+    session.release()
+
+A folder is used by one stream at a time (session_store.SessionLock: a flock that the kernel drops when a process
+dies, so the folder of a dead replica's stream can be claimed at once). The ids of streams with a folder carry
+`SESSION_MARK` right after their server's prefix (`vs-s1a2b...`, `r0.3f9c2e-s1a2b...`), so an error about a stream
+whose replica died can say that it can be resumed without asking anyone.
+
+Thread contract: `SessionFolders` is immutable. A `StreamSession` belongs to one stream: its autosave thread and
+the hub's threads may call `info` at any time; `save_final` and `release` once, from the thread closing the stream.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+from streamvid import session_store
+from streamvid.serve.errors import BadRequest, Conflict, Forbidden, NotFound
+
+log = logging.getLogger(__name__)
+
+SESSION_MARK = "s"  # after the id prefix: the stream has a session folder (stream tokens are hex: no "s")
+MAX_PATH = 1000
+
+
+def resumable(sid: str) -> bool:
+    """Whether the stream id names a stream that was opened with a session folder."""
+    return isinstance(sid, str) and sid.partition("-")[2].startswith(SESSION_MARK)
+
+
+def lost_hint(sid: str) -> str:
+    """What a client can do about a stream whose replica died: resume it, or open a new one."""
+    if resumable(sid):
+        return ('; it was opened with a session_dir, so it can be resumed on a live replica: POST /v1/streams '
+                '{"session_dir": <the same folder>, "resume": true}')
+    return "; the stream is lost: open a new one"
+
+
+class SessionFolders:
+    """Where streams may keep sessions: folders inside the server's --allow-dir folders."""
+
+    def __init__(self, allow_dirs: tuple[Path, ...], save_every_s: float | None):
+        self.allow_dirs = tuple(Path(d).resolve() for d in allow_dirs)
+        self.save_every_s = save_every_s or None
+
+    def resolve(self, spec: object) -> Path:
+        """The folder `spec` names, resolved; BadRequest for a malformed value, Forbidden outside the allowed
+        folders."""
+        if not isinstance(spec, str) or not spec.strip():
+            raise BadRequest('"session_dir" must be the absolute path of a folder inside an --allow-dir folder')
+        if len(spec) > MAX_PATH or "\x00" in spec:
+            raise BadRequest(f'"session_dir" must be a path of at most {MAX_PATH} characters')
+        path = Path(spec.strip())
+        if not path.is_absolute():
+            raise BadRequest(f'"session_dir" must be an absolute path, got {spec[:200]!r}')
+        if not self.allow_dirs:
+            raise Forbidden("this server keeps no sessions: it was started without --allow-dir")
+        real = path.resolve()
+        if not any(real != d and real.is_relative_to(d) for d in self.allow_dirs):
+            raise Forbidden(f"session_dir {spec[:200]!r} is not inside a folder this server allows; use a folder "
+                            f"under {', '.join(str(d) for d in self.allow_dirs)}")
+        if real.exists() and not real.is_dir():
+            raise BadRequest(f"session_dir {spec[:200]!r} is a file, not a folder")
+        return real
+
+    def claim(self, folder: Path, resume: bool) -> StreamSession:
+        """The folder for one stream: locked, and holding a saved session exactly when `resume` says so."""
+        if resume and not session_store.has_session(folder):
+            raise NotFound(f"no saved session in {folder}: open the stream without \"resume\" to start one there")
+        try:
+            lock = session_store.SessionLock(folder)
+        except session_store.SnapshotError:
+            raise Conflict(f"session_dir {folder} is in use by another stream: close that stream first, or use "
+                           f"another folder") from None
+        except OSError as e:
+            raise BadRequest(f"session_dir {folder} cannot be used: {e.strerror or e}") from None
+        if not resume and session_store.has_session(folder):
+            lock.release()
+            raise Conflict(f"session_dir {folder} holds a saved session: pass \"resume\": true to continue it, or "
+                           f"use another folder")
+        return StreamSession(folder, lock, resume, self.save_every_s)
+
+
+class StreamSession:
+    """One stream's session folder: its lock, its autosaves, its last snapshot."""
+
+    def __init__(self, folder: Path, lock: session_store.SessionLock, resume: bool, save_every_s: float | None):
+        self.folder = folder
+        self.resume = resume
+        self.save_every_s = save_every_s
+        self._lock = lock
+        self._autosaver: session_store.Autosaver | None = None
+        self._mutex = threading.Lock()
+        self.saves = 0
+        self.last: dict | None = None  # what the last save returned (session_store.save)
+        self.error: str | None = None  # why the last save failed
+
+    def assistant(self, config, engine):
+        """A new StreamingAssistant on `engine`: the saved session continued (its window, memory, clock and
+        dialogue) when resuming, else a fresh one. BadRequest for a snapshot that cannot be resumed."""
+        from streamvid.assistant import StreamingAssistant
+
+        if not self.resume:
+            return StreamingAssistant(config, engine=engine)
+        try:
+            return StreamingAssistant.resume(self.folder, config, engine=engine)
+        except session_store.SnapshotError as e:
+            raise BadRequest(f"cannot resume: {e}") from None
+
+    def start_autosave(self, sa) -> None:
+        if self.save_every_s:
+            self._autosaver = session_store.Autosaver(lambda: self._save(sa), self.save_every_s)
+
+    def _save(self, sa) -> dict:
+        try:
+            saved = sa.save(self.folder)
+        except Exception as e:
+            with self._mutex:
+                self.error = f"{type(e).__name__}: {e}"
+            raise
+        with self._mutex:
+            self.saves += 1
+            self.last, self.error = saved, None
+        return saved
+
+    def save_final(self, sa) -> None:
+        """Stop the autosaves and save once more; a failure is logged and kept in `info()`."""
+        if self._autosaver is not None:
+            self._autosaver.stop()
+        try:
+            self._save(sa)
+        except Exception as e:  # noqa: BLE001 - the stream closes anyway; the previous snapshot stays
+            log.warning("saving the session of a closing stream into %s failed: %s", self.folder, e)
+
+    def release(self) -> None:
+        self._lock.release()
+
+    def info(self) -> dict:
+        with self._mutex:
+            last = self.last
+            return {"dir": str(self.folder), "resumed": self.resume, "saves": self.saves,
+                    "saved_t_s": last["stream_t_s"] if last else None, "error": self.error}
