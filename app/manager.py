@@ -11,7 +11,6 @@ reaper thread ("streamvid-app-reaper") closes idle sessions and keeps the upload
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections.abc import Callable
@@ -19,12 +18,12 @@ from typing import TypeVar
 
 from streamvid.adapters.base import VideoLLMAdapter
 from streamvid.engine import Engine
+from streamvid.periodic import Periodic
 from streamvid.config import EngineConfig
 from streamvid_app.inputs import InputPolicy
 from streamvid_app.sessions import Session, SessionLimitError
 from streamvid_app.uploads import UploadFolders
 
-log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
@@ -55,10 +54,8 @@ class SessionManager:
         self.uploads = UploadFolders(policy.upload_dirs, upload_quota_mb)
         self._sessions: dict[str, Session] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._reaper = threading.Thread(target=self._reap_loop, args=(reap_every_s,), name="streamvid-app-reaper",
-                                        daemon=True)
-        self._reaper.start()
+        self._reaper = Periodic(self._reap_round, reap_every_s, name="streamvid-app-reaper",
+                                what="closing idle sessions or trimming uploads")
 
     def get(self, key: str) -> Session | None:
         with self._lock:
@@ -124,8 +121,7 @@ class SessionManager:
         return idle
 
     def shutdown(self) -> None:
-        self._stop.set()
-        self._reaper.join(timeout=5.0)
+        self._reaper.stop(timeout_s=5.0)
         with self._lock:
             closing, self._sessions = list(self._sessions.values()), {}
         for s in closing:
@@ -133,13 +129,9 @@ class SessionManager:
         if self._own_engine:
             self.engine.close()
 
-    def _reap_loop(self, every_s: float) -> None:
-        while not self._stop.wait(every_s):
-            try:
-                self.reap()
-                self.uploads.trim(in_use=self.uploads_in_use())
-            except Exception:  # one failed close must not end idle cleanup for the other sessions
-                log.exception("closing idle sessions or trimming uploads failed")
+    def _reap_round(self) -> None:  # a failed round is logged by Periodic; the next one runs all the same
+        self.reap()
+        self.uploads.trim(in_use=self.uploads_in_use())
 
     def uploads_in_use(self) -> set[str]:
         """The uploaded videos that running streams play."""

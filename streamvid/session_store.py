@@ -40,7 +40,6 @@ import json
 import logging
 import os
 import shutil
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -53,8 +52,8 @@ from safetensors.torch import save_file
 from streamvid import snapshot_schema
 from streamvid.config import EngineConfig
 from streamvid.kv_window import Block
-from streamvid.snapshot_schema import MEMORY, META, WINDOW, SchemaError
-from streamvid.snapshot_schema import file_sha256
+from streamvid.periodic import Periodic
+from streamvid.snapshot_schema import MEMORY, META, WINDOW, SchemaError, file_sha256
 
 log = logging.getLogger(__name__)
 
@@ -389,29 +388,13 @@ class SessionLock:
             self._fd = None
 
 
-class Autosaver:
+class Autosaver(Periodic):
     """Calls `save()` every `every_s` seconds on a daemon thread "streamvid-autosave" until `stop()`. A failed
-    save is logged and reported by `stop()` (the previous snapshot stays); the next period tries again."""
+    save is logged and kept in `error` (the previous snapshot stays); the next period tries again."""
 
     def __init__(self, save_fn: Callable[[], dict], every_s: float):
-        if not every_s > 0:
-            raise ValueError(f"autosave period must be > 0 seconds, got {every_s}")
-        self._save, self.every_s = save_fn, every_s
-        self._stop = threading.Event()
-        self.saves = 0
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="streamvid-autosave", daemon=True)
-        self._thread.start()
+        super().__init__(save_fn, every_s, name="streamvid-autosave", what="autosave")
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
-            try:
-                self._save()
-                self.saves += 1
-            except Exception as e:  # noqa: BLE001 - kept for stop(); a later period tries again
-                log.warning("autosave failed: %s", e)
-                self.error = e
-
-    def stop(self, timeout_s: float = 60.0) -> None:
-        self._stop.set()
-        self._thread.join(timeout=timeout_s)
+    @property
+    def saves(self) -> int:
+        return self.runs

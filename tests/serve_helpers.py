@@ -1,4 +1,4 @@
-"""Helpers shared by tests/test_serve.py and tests/test_serve_ray.py: a FastAPI app on uvicorn in a thread, frames
+"""Helpers shared by the serve tests: a FastAPI app on uvicorn in a thread (or on a local Ray Serve cluster), frames
 pushed over HTTP one by one, and the engine's own answer on the same frames."""
 
 from __future__ import annotations
@@ -33,6 +33,28 @@ def wait_until(condition, timeout_s: float = 60.0, what: str = "condition"):
             return got
         tick.wait(0.05)
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+@contextlib.contextmanager
+def ray_serve(config, options, app_name: str = "streamvid", **deployment):
+    """streamvid's Ray Serve application (`ray_app.application(config, options, **deployment)`) on a local 2-CPU
+    Ray cluster serving HTTP on 127.0.0.1 and a free port; yields its base URL, and shuts Ray down after."""
+    import ray
+    from ray import serve
+
+    from streamvid.serve.ray_app import application
+
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        port = free_port()
+        serve.start(http_options={"host": "127.0.0.1", "port": port})
+        serve.run(application(config, options, **deployment), name=app_name, route_prefix="/")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        serve.shutdown()
+        ray.shutdown()
 
 
 @contextlib.contextmanager

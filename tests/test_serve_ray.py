@@ -15,7 +15,7 @@ pytest.importorskip("ray.serve", reason="needs ray[serve] (pip install -e '.[tes
 openai = pytest.importorskip("openai")
 
 from conftest import random_frames  # noqa: E402
-from serve_helpers import engine_answer, free_port, push_frames, strict_json, wait_until  # noqa: E402
+from serve_helpers import engine_answer, push_frames, ray_serve, strict_json, wait_until  # noqa: E402
 from websockets.sync.client import connect  # noqa: E402
 
 from streamvid.config import EngineConfig  # noqa: E402
@@ -32,24 +32,9 @@ def config(tiny_model_dir) -> EngineConfig:
 
 @pytest.fixture(scope="module")
 def cluster(config):
-    import ray
-    from ray import serve
-
-    from streamvid.serve.ray_app import application
-
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        port = free_port()
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        options = ServeOptions(model_id=MODEL_ID, max_new_tokens=8, answer_timeout_s=60.0, heartbeat_s=1.0)
-        serve.run(application(config, options, replicas=2, cpus_per_replica=1.0, threads=1), name="streamvid",
-                  route_prefix="/")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        serve.shutdown()
-        ray.shutdown()
+    options = ServeOptions(model_id=MODEL_ID, max_new_tokens=8, answer_timeout_s=60.0, heartbeat_s=1.0)
+    with ray_serve(config, options, replicas=2, cpus_per_replica=1.0, threads=1) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import httpx
 import pytest
 from conftest import random_frames
-from serve_helpers import free_port, push_frames, wait_until
+from serve_helpers import push_frames, ray_serve, wait_until
 
 from streamvid import session_store
 from streamvid.config import EngineConfig
@@ -91,25 +91,11 @@ def cluster(config, sessions):
     """One engine replica to start with; a second one added when a stream opens while every replica holds 1,
     removed once it has held no stream for 2 s."""
     pytest.importorskip("ray.serve", reason="needs ray[serve] (pip install -e '.[test]')")
-    import ray
-    from ray import serve
-
-    from streamvid.serve.ray_app import application
-
-    if ray.is_initialized():
-        ray.shutdown()
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        port = free_port()
-        serve.start(http_options={"host": "127.0.0.1", "port": port})
-        options = ServeOptions(model_id=MODEL_ID, max_new_tokens=8, answer_timeout_s=60.0, heartbeat_s=1.0,
-                               allow_dirs=(str(sessions),), session_save_s=0.3)
-        serve.run(application(config, options, replicas=1, max_replicas=2, streams_per_replica=1,
-                              scale_down_after_s=2.0, cpus_per_replica=1.0, threads=1), name=APP, route_prefix="/")
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        serve.shutdown()
-        ray.shutdown()
+    options = ServeOptions(model_id=MODEL_ID, max_new_tokens=8, answer_timeout_s=60.0, heartbeat_s=1.0,
+                           allow_dirs=(str(sessions),), session_save_s=0.3)
+    with ray_serve(config, options, APP, replicas=1, max_replicas=2, streams_per_replica=1, scale_down_after_s=2.0,
+                   cpus_per_replica=1.0, threads=1) as url:
+        yield url
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ when the stream is stopped, after which every subscriber's `get` returns CLOSED.
 
 Every request about a stream (a frame, a question, a status read, a watch) and every open subscriber (an events
 stream, a realtime socket, a chat completion waiting for its answer) counts as activity: a stream without any for
-`options.stream_idle_timeout_s` is closed by `reap_idle` (an IdleReaper thread calls it), its final stats logged.
+`options.stream_idle_timeout_s` is closed by `reap_idle` (a Periodic thread calls it), its final stats logged.
 A stream opened with a `session_dir` (stream_sessions.py) is saved there every `options.session_save_s` and when
 it closes, however it closes; `open(..., resume=True)` continues a saved one.
 
@@ -41,11 +41,11 @@ from dataclasses import dataclass, field
 
 from streamvid.assistant import BusyError, StreamingAssistant
 from streamvid.engine import EngineFull
+from streamvid.periodic import Periodic
 import streamvid.serve.images as images
 from streamvid.serve.errors import BadRequest, Busy, Conflict, NotFound, Unavailable, finite
 from streamvid.serve.options import ServeOptions, model_id
 from streamvid.serve.policy import SourcePolicy
-from streamvid.serve.reaper import IdleReaper, reap_period_s
 from streamvid.serve.stream_sessions import SESSION_MARK, SessionFolders, StreamSession
 from streamvid.serve.subscriber import CLOSED, Subscriber
 from streamvid.user_text import clean
@@ -103,7 +103,9 @@ class Hub:
         self._lock = threading.Lock()
         engine.start()  # warmed up and scheduling before the first (live) source opens
         timeout = self.options.stream_idle_timeout_s
-        self._reaper = IdleReaper(self.reap_idle, reap_period_s(timeout)) if timeout else None
+        # idle streams are looked for every tenth of the timeout, between 0.05 s and 30 s
+        self._reaper = Periodic(self.reap_idle, min(30.0, max(0.05, timeout / 10)), name="streamvid-serve-reaper",
+                                what="closing idle streams") if timeout else None
 
     # ---- streams ----------------------------------------------------------------------------------------
     def open(self, source: object, fps: float | None = None, session_dir: object = None,
