@@ -83,7 +83,8 @@ def served():
     from streamvid_app.server import launch, upload_folder
     from streamvid_app.ui import build_demo
 
-    manager = SessionManager(EngineConfig.from_settings(frame_px=112, max_new_tokens=12), InputPolicy.default([upload_folder()]))
+    manager = SessionManager(EngineConfig.from_settings(frame_px=112, max_new_tokens=12),
+                             InputPolicy.default([upload_folder()]))
     demo = launch(build_demo(manager), port=None, block=False)
     yield demo.local_url.rstrip("/"), manager
     manager.shutdown()

@@ -152,7 +152,8 @@ class _RecordingAdapter(SpyAdapter):
 
 def test_default_engine_stores_and_searches_the_adapters_vectors(adapter):
     spy = _RecordingAdapter(adapter)
-    sa = StreamingAssistant(EngineConfig.from_settings(model="unused", window_tokens=40, memory_top_k=2, max_new_tokens=2),
+    sa = StreamingAssistant(EngineConfig.from_settings(model="unused", window_tokens=40, memory_top_k=2,
+                                                       max_new_tokens=2),
                             adapter=spy)
     _fill(sa, 10)
     assert sa.memory.dim == adapter.index_dim and len(sa.memory) >= 4
@@ -211,8 +212,9 @@ def test_a_checkpoint_that_is_not_clip_is_refused_in_one_line(adapter, tiny_mode
 @pytest.fixture
 def clip_session(adapter, clip_dir):
     spy = SpyAdapter(adapter)
-    sa = StreamingAssistant(EngineConfig.from_settings(model="unused", window_tokens=40, memory_top_k=2, max_new_tokens=3,
-                                         embedder=f"clip:{clip_dir}"), adapter=spy)
+    sa = StreamingAssistant(EngineConfig.from_settings(model="unused", window_tokens=40, memory_top_k=2,
+                                                       max_new_tokens=3, embedder=f"clip:{clip_dir}"),
+                            adapter=spy)
     _fill(sa, 12)
     return sa, spy
 
@@ -254,7 +256,8 @@ def test_planted_block_is_retrieved_by_its_clip_vector(clip_session):
 # ---- sessions: saved with one embedder, refused with another ------------------------------------------------------
 def test_session_saved_with_clip_is_refused_with_the_models_vectors(tiny_model_dir, adapter, clip_dir, tmp_path,
                                                                    monkeypatch):
-    cfg = EngineConfig.from_settings(model=str(tiny_model_dir), window_tokens=40, max_new_tokens=2, embedder=f"clip:{clip_dir}")
+    cfg = EngineConfig.from_settings(model=str(tiny_model_dir), window_tokens=40, max_new_tokens=2,
+                                     embedder=f"clip:{clip_dir}")
     sa = StreamingAssistant(cfg, adapter=adapter)
     _fill(sa, 8)
     sa.save(tmp_path / "s")

@@ -109,7 +109,8 @@ def test_question_naming_a_time_is_answered_from_that_moment(adapter):
 
 
 def test_answering_leaves_the_window_unchanged(adapter):
-    sa = StreamingAssistant(EngineConfig.from_settings(model="unused", window_tokens=40, max_new_tokens=4), adapter=adapter)
+    sa = StreamingAssistant(EngineConfig.from_settings(model="unused", window_tokens=40, max_new_tokens=4),
+                            adapter=adapter)
     _fill(sa, 6)
     before = sa.window.snapshot()
     sa.reasoning.answer(Question("q", "How many shapes are there?", 6.0))
@@ -120,7 +121,8 @@ def test_answering_leaves_the_window_unchanged(adapter):
 
 
 def test_dialogue_keeps_recent_turns(adapter):
-    sa = StreamingAssistant(EngineConfig.from_settings(model="unused", dialogue_turns=2, max_new_tokens=2), adapter=adapter)
+    sa = StreamingAssistant(EngineConfig.from_settings(model="unused", dialogue_turns=2, max_new_tokens=2),
+                            adapter=adapter)
     _fill(sa, 1)
     for i in range(3):
         sa.reasoning.answer(Question(f"q{i}", f"question {i}?", 1.0))
@@ -149,7 +151,8 @@ def test_questions_do_not_change_the_chunking_and_answers_end_on_the_latest_fram
 
     def run(questions):
         spy = SpyAdapter(adapter)
-        sa = StreamingAssistant(EngineConfig.from_settings(model="unused", window_tokens=40, memory_top_k=0, max_new_tokens=1),
+        sa = StreamingAssistant(EngineConfig.from_settings(model="unused", window_tokens=40, memory_top_k=0,
+                                                           max_new_tokens=1),
                                 adapter=spy)
         outs = sa.run_simulated(SyntheticSource(lambda i, t: frames[i], fps=2.0, n_frames=len(frames)), questions)
         return sa, spy, outs
@@ -168,7 +171,8 @@ def test_questions_do_not_change_the_chunking_and_answers_end_on_the_latest_fram
     from streamvid.positions import concat
 
     for context, latest in zip(spy.contexts, (6, 12), strict=True):
-        ref = StreamingAssistant(EngineConfig.from_settings(model="unused", window_tokens=40, memory_top_k=0), adapter=adapter)
+        ref = StreamingAssistant(EngineConfig.from_settings(model="unused", window_tokens=40, memory_top_k=0),
+                                 adapter=adapter)
         ref.feed(Frame(frames[i], i / 2, i) for i in range(latest + 1))
         snap = ref.window.snapshot()
         expected = adapter.encode_chunk([frames[latest], frames[latest]], concat([snap.sinks, *snap.blocks],
@@ -216,7 +220,8 @@ class FirstTokenEnds(SpyAdapter):
 def test_an_answer_always_has_a_time_to_first_token(adapter):
     """TTFT is the time to the first token the model produced, printed or not; an acknowledged "tell me when" has
     the time to its acknowledgement."""
-    sa = StreamingAssistant(EngineConfig.from_settings(model="unused", max_new_tokens=3), adapter=FirstTokenEnds(adapter))
+    sa = StreamingAssistant(EngineConfig.from_settings(model="unused", max_new_tokens=3),
+                            adapter=FirstTokenEnds(adapter))
     _fill(sa, 2)
     empty = sa.reasoning.handle(Question("q0", "How many shapes are there?", 1.0))
     ack = sa.reasoning.handle(Question("q1", "Tell me when a red circle appears", 1.0))

@@ -145,7 +145,8 @@ def test_single_pass_scorer_keeps_the_run_dialogue(tiny_model_dir, tmp_path):
     from streamvid.eval.score import score_files
 
     eps = _shapes_episodes(tmp_path, {"shapes": {}, "alone": {"dialogue_turns": 0}})
-    report = score_files([eps], EngineConfig.from_settings(model=str(tiny_model_dir), max_new_tokens=2), tmp_path / "out")
+    report = score_files([eps], EngineConfig.from_settings(model=str(tiny_model_dir), max_new_tokens=2),
+                         tmp_path / "out")
     stats = _stats(tmp_path / "out" / "trace.jsonl")
     assert stats["shapes"]["dialogue_turns"] == 2 and stats["alone"]["dialogue_turns"] == 0
     assert report["dialogue_turns"] == 2 and report["protocol_overrides"]["dialogue_turns"] == {"0": 1}

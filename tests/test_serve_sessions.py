@@ -207,7 +207,8 @@ def test_idle_streams_are_closed_and_active_ones_are_not(engine, allow_dir, capl
         assert opened.wait(30)
         ws = connect(base.replace("http://", "ws://") + f"/v1/streams/{socket}/realtime")  # so does a socket
         clock.now += 50
-        http.post(f"/v1/streams/{pushed}/frames", content=png(random_frames(1)[0]), headers={"Content-Type": "image/png"})
+        http.post(f"/v1/streams/{pushed}/frames", content=png(random_frames(1)[0]),
+                  headers={"Content-Type": "image/png"})
         ask(base, asked, NOW_Q)
         http.get(f"/v1/streams/{read}")
         clock.now += 20  # 70 s since the others were last used; 20 s since these three
