@@ -37,7 +37,7 @@ import torch.nn.functional as F
 from streamvid.adapters.base import adapter_for
 from streamvid.config import BUNDLED_MODEL, EngineConfig
 from streamvid.embedders import make_embedder
-from streamvid.eval.recall import _frames
+from streamvid.eval.recall import frames_in_span
 from streamvid.eval.score import load_episodes
 from streamvid.sources import FileSource
 from streamvid.synth.questions import frames_show, mentions
@@ -87,7 +87,7 @@ def collect(paths: list[Path], adapter, embedder, config: EngineConfig, k: int,
                 rows = rows or block_rows(adapter, embedder, config, video)
                 n = int(e["t"] // chunk_s) - window_blocks  # blocks out of the window
                 shape, colour = mentions(e["text"])
-                shows = np.array([frames_show(tl, _frames(tl, (j * chunk_s, (j + 1) * chunk_s)), shape, colour)
+                shows = np.array([frames_show(tl, frames_in_span(tl, (j * chunk_s, (j + 1) * chunk_s)), shape, colour)
                                   for j in range(n)])
                 q = embedder.question_vector(e["text"])
                 top = tally.add(e["task"], shape or colour, rows[:n], shows, q)

@@ -2,8 +2,8 @@
 
     python benchmarks/vision_confusion.py [--model DIR] [--steps 300] [--seed 0]
 
-The readout is train-tiny's own (`_Readout`: per merged vision token, which shape and which colour cover its
-cell), fitted with the tower frozen on freshly drawn ShapesWorld grid scenes (`_scene`, 32 a step, each frame
+The readout is train-tiny's own (`Readout`: per merged vision token, which shape and which colour cover its
+cell), fitted with the tower frozen on freshly drawn ShapesWorld grid scenes (`grid_scene`, 32 a step, each frame
 twice as one 2-frame chunk), then scored on 960 more. It shows what the language model can at best read from the
 vision tokens; the rows are the true shape of each occupied cell, the columns the readout's answer.
 """
@@ -19,7 +19,7 @@ import torch
 from streamvid.adapters.qwen2_5_vl import QwenVLAdapter
 from streamvid.config import BUNDLED_MODEL
 from streamvid.synth.world import SHAPES
-from streamvid.training.train_tiny import _classes, _Readout, scene_batch
+from streamvid.training.train_tiny import Readout, cell_classes, scene_batch
 
 
 def main() -> None:
@@ -33,7 +33,7 @@ def main() -> None:
     adapter = QwenVLAdapter(args.model)
     model, processor = adapter.model, adapter.video_processor
     px = int(processor.size["longest_edge"] ** 0.5)  # the frame side the processor keeps (112 for the bundled model)
-    readout = _Readout(model.config.vision_config.out_hidden_size)
+    readout = Readout(model.config.vision_config.out_hidden_size)
     opt = torch.optim.AdamW(readout.parameters(), lr=3e-3)
 
     def scenes(n: int):
@@ -54,7 +54,7 @@ def main() -> None:
     with torch.no_grad():
         for _ in range(30):
             tokens, cells, _ = scenes(32)
-            truth, _ = _classes(np.concatenate(cells))
+            truth, _ = cell_classes(np.concatenate(cells))
             np.add.at(table, (truth, readout.shape(tokens).argmax(-1).numpy()), 1)
     print(f"{'':10s}" + "".join(f"{n:>9s}" for n in names) + "  accuracy")
     for i, n in enumerate(names):

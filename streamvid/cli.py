@@ -64,7 +64,7 @@ def _log_budgets(sa, video: str) -> None:
         log.warning("%s", warning)
 
 
-def _ask(spec: str) -> tuple[float, str]:
+def parse_ask(spec: str) -> tuple[float, str]:
     from streamvid.user_text import clean
 
     t, sep, text = spec.partition(":")
@@ -82,7 +82,7 @@ def _ask(spec: str) -> tuple[float, str]:
 
 def _watch(spec: str) -> tuple[float, str]:
     try:
-        return _ask(spec)
+        return parse_ask(spec)
     except argparse.ArgumentTypeError as e:
         if "expected T:QUESTION" not in str(e):
             raise
@@ -292,7 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     r = sub.add_parser("run", help="watch a video file, URL or camera and answer questions (JSON lines)")
     r.add_argument("video", type=_video, help="video file, URL (rtsp/http), cam:N, or a demo clip's name (shapes_7)")
-    r.add_argument("--ask", action="append", type=_ask, default=[], metavar="T:QUESTION",
+    r.add_argument("--ask", action="append", type=parse_ask, default=[], metavar="T:QUESTION",
                    help='a question at stream time T; "T:Tell me when ..." is acknowledged at T and alerts later')
     r.add_argument("--watch", action="append", type=_watch, default=[], metavar="T:CONDITION",
                    help='a standing trigger from stream time T, e.g. "0:a blue star" (an alert each time it holds)')

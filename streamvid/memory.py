@@ -295,7 +295,7 @@ class LongTermMemory:
             for _, block_id in self._starts:
                 name = f"block_{block_id:09d}.safetensors"
                 if block_id in self._ram:
-                    _write_block(self._ram[block_id], out_dir / name)
+                    write_block(self._ram[block_id], out_dir / name)
                 else:
                     (out_dir / name).write_bytes(self._read_record(*self._disk[block_id]))
                 start, end = self._meta[block_id]
@@ -331,7 +331,7 @@ class LongTermMemory:
             mem._index = index
             mem._dropped = meta["dropped"]
             for e in meta["blocks"]:
-                block = _read_block(in_dir / e["file"])
+                block = read_block(in_dir / e["file"])
                 if block.id != e["id"]:
                     raise ValueError(f"{e['file']} holds block {block.id}, expected {e['id']}")
                 mem._insert(block, (e["t_start_s"], e["t_end_s"]))
@@ -443,12 +443,12 @@ class LongTermMemory:
         return dead
 
 
-def _write_block(block: Block | StoredBlock, path: Path, kind: str = "float") -> None:
+def write_block(block: Block | StoredBlock, path: Path, kind: str = "float") -> None:
     """One block as a .safetensors file (a Block is stored as `kind`; a StoredBlock as it is)."""
     stored = block if isinstance(block, StoredBlock) else StoredBlock.of(block, kind)
     Path(path).write_bytes(stored.record())
 
 
-def _read_block(path: Path) -> StoredBlock:
-    """A block file written by `_write_block` (or a record copied out of a shard); `.to_block()` expands it."""
+def read_block(path: Path) -> StoredBlock:
+    """A block file written by `write_block` (or a record copied out of a shard); `.to_block()` expands it."""
     return StoredBlock.from_record(Path(path).read_bytes())

@@ -91,14 +91,14 @@ def push_frames(client: httpx.Client, sid: str, images, t0_s: float = 0.0, fps: 
         r = client.post(f"/v1/streams/{sid}/frames", params={"t_s": t_s}, content=png(image),
                         headers={"Content-Type": "image/png"})
         assert r.status_code == 200, r.text
-        wait_until(lambda n=i + 1: _taken(client, sid) >= taken0 + n, what=f"frame {i} to reach the engine")
+        wait_until(lambda n=i + 1: frames_taken(client, sid) >= taken0 + n, what=f"frame {i} to reach the engine")
     blocks = (start["frames_in"] + len(images)) // 2
     wait_until(lambda: client.get(f"/v1/streams/{sid}").json()["blocks_encoded"] >= blocks,
                what="the last chunk in the window")
     return t_s
 
 
-def _taken(client: httpx.Client, sid: str) -> int:
+def frames_taken(client: httpx.Client, sid: str) -> int:
     st = client.get(f"/v1/streams/{sid}").json()
     return st["frames_in"] + st["frames_dropped"]
 

@@ -91,14 +91,14 @@ def push_until(client: Client, frames, until_s: float) -> float:
             break
         client.predict(handle_file(path), t_s, api_name="/push_frame")
         pushed, last = pushed + 1, t_s
-        wait_until(lambda n=pushed: _taken(client) >= n, what=f"frame {pushed} to reach the engine")
+        wait_until(lambda n=pushed: frames_taken(client) >= n, what=f"frame {pushed} to reach the engine")
     assert pushed % CONFIG.frames_per_chunk == 0, "push whole chunks: a partial one would wait for its next frame"
     wait_until(lambda: client.predict(api_name="/status")["blocks_encoded"] == pushed // CONFIG.frames_per_chunk,
                what="the last chunk in the window")
     return last
 
 
-def _taken(client: Client) -> int:
+def frames_taken(client: Client) -> int:
     st = client.predict(api_name="/status")
     return st["frames_in"] + st["frames_dropped"]
 

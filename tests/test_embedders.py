@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 from conftest import random_frames
-from test_reasoning import SpyAdapter, _contains, _fill, _frame
+from test_reasoning import SpyAdapter, holds_block, fill_chunks, sample_frame
 
 from streamvid.types import Encoded
 from streamvid.assistant import StreamingAssistant
@@ -155,7 +155,7 @@ def test_default_engine_stores_and_searches_the_adapters_vectors(adapter):
     sa = StreamingAssistant(EngineConfig.from_settings(model="unused", window_tokens=40, memory_top_k=2,
                                                        max_new_tokens=2),
                             adapter=spy)
-    _fill(sa, 10)
+    fill_chunks(sa, 10)
     assert sa.memory.dim == adapter.index_dim and len(sa.memory) >= 4
     for block_id in range(len(sa.memory)):  # block i is the i-th chunk encoded
         enc = spy.encoded[block_id]
@@ -215,7 +215,7 @@ def clip_session(adapter, clip_dir):
     sa = StreamingAssistant(EngineConfig.from_settings(model="unused", window_tokens=40, memory_top_k=2,
                                                        max_new_tokens=3, embedder=f"clip:{clip_dir}"),
                             adapter=spy)
-    _fill(sa, 12)
+    fill_chunks(sa, 12)
     return sa, spy
 
 
@@ -224,7 +224,7 @@ def test_blocks_in_memory_carry_clip_vectors_of_their_frames(clip_session, clip_
     ref_chunk, _ = _reference(clip_dir)
     assert sa.memory.dim == CLIP_DIM and len(sa.memory) >= 8
     for block_id in range(len(sa.memory)):
-        frames = [_frame(2 * block_id).image, _frame(2 * block_id + 1).image]
+        frames = [sample_frame(2 * block_id).image, sample_frame(2 * block_id + 1).image]
         np.testing.assert_allclose(sa.memory.load(block_id).vector, ref_chunk(frames), atol=1e-5)
     for block in sa.window.snapshot().blocks:
         assert block.vector.shape == (CLIP_DIM,)
@@ -250,7 +250,7 @@ def test_planted_block_is_retrieved_by_its_clip_vector(clip_session):
     sa.memory.reindex(3, sa.embedder.question_vector(q))
     answer = sa.reasoning.answer(Question("q", q, 12.0))
     assert 3 in answer.data["retrieved_blocks"] and [3.0, 4.0] in answer.data["evidence_t_s"]
-    assert _contains(spy.contexts[-1], planted)
+    assert holds_block(spy.contexts[-1], planted)
 
 
 # ---- sessions: saved with one embedder, refused with another ------------------------------------------------------
@@ -259,7 +259,7 @@ def test_session_saved_with_clip_is_refused_with_the_models_vectors(tiny_model_d
     cfg = EngineConfig.from_settings(model=str(tiny_model_dir), window_tokens=40, max_new_tokens=2,
                                      embedder=f"clip:{clip_dir}")
     sa = StreamingAssistant(cfg, adapter=adapter)
-    _fill(sa, 8)
+    fill_chunks(sa, 8)
     sa.save(tmp_path / "s")
     n_memory = len(sa.memory)
     sa.stop()

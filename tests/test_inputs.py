@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from streamvid import user_text
 from streamvid.adapters.row_by_row import RowByRow
 from streamvid.assistant import BusyError, StreamingAssistant
-from streamvid.cli import _ask, main
+from streamvid.cli import parse_ask, main
 from streamvid.config import SETTINGS, EngineConfig
 from streamvid.eval.score import load_episodes
 from streamvid.reasoning import stream_times
@@ -208,7 +208,7 @@ def test_invalid_run_flags_are_one_line_naming_the_field(capsys, flag, value, me
 @given(st.text(max_size=60))
 def test_ask_specs_parse_or_are_refused(spec):
     try:
-        t, text = _ask(spec)
+        t, text = parse_ask(spec)
     except argparse.ArgumentTypeError as e:
         assert "\n" not in str(e)
         return

@@ -25,7 +25,7 @@ from streamvid.kv_compact import (
     unpack4,
 )
 from streamvid.kv_window import Block
-from streamvid.memory import LongTermMemory, StoredBlock, _read_block, _write_block
+from streamvid.memory import LongTermMemory, StoredBlock, read_block, write_block
 
 DEMO = DEMO_VIDEOS / "shapes_7"
 
@@ -113,8 +113,8 @@ def test_memory_gives_blocks_back_in_their_dtype_from_ram_and_disk(tmp_path, kin
 def test_block_file_round_trip_and_per_layer_devices(tmp_path):
     b = kv_block(3)
     stored = StoredBlock.of(b, "int8")
-    _write_block(stored, tmp_path / "b.safetensors")
-    again = _read_block(tmp_path / "b.safetensors")
+    write_block(stored, tmp_path / "b.safetensors")
+    again = read_block(tmp_path / "b.safetensors")
     from safetensors.torch import load_file  # the record is a valid safetensors file
 
     loaded = load_file(tmp_path / "b.safetensors")

@@ -8,7 +8,7 @@ import json
 
 import pytest
 import ray
-from test_replay import _episode, grey_video  # noqa: F401  (the module's video fixture)
+from test_replay import replay_episode, grey_video  # noqa: F401  (the module's video fixture)
 
 from streamvid.config import EngineConfig
 from streamvid.eval.batch import score_files
@@ -17,7 +17,7 @@ from streamvid.eval.batch import score_files
 @pytest.mark.slow  # starting a local Ray cluster takes a while
 def test_ray_local_cluster_matches_local_run(grey_video, tiny_model_dir, tmp_path):  # noqa: F811
     eps = tmp_path / "eps.jsonl"
-    eps.write_text("".join(json.dumps(_episode(grey_video, f"e{i}")) + "\n" for i in range(3)))
+    eps.write_text("".join(json.dumps(replay_episode(grey_video, f"e{i}")) + "\n" for i in range(3)))
     cfg = EngineConfig.from_settings(model=str(tiny_model_dir), fps=2.0, max_new_tokens=3)
     local = score_files([eps], cfg, tmp_path / "local", mode="replay", plots=False)
     on_ray = score_files([eps], cfg, tmp_path / "ray", mode="replay", plots=False, ray="local", ray_workers=2)

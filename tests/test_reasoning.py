@@ -31,15 +31,15 @@ class SpyAdapter(RowByRow):
         return self._real.generate(context, prompt, max_new_tokens, stop)
 
 
-def _fill(sa: StreamingAssistant, n_chunks: int) -> None:
-    sa.feed(_frame(i) for i in range(n_chunks * 2))
+def fill_chunks(sa: StreamingAssistant, n_chunks: int) -> None:
+    sa.feed(sample_frame(i) for i in range(n_chunks * 2))
 
 
-def _frame(i):
+def sample_frame(i):
     return Frame(random_frames(1, seed=100 + i)[0], i / 2, i)
 
 
-def _contains(context, block) -> bool:
+def holds_block(context, block) -> bool:
     """Whether the block's values (position-free) appear as a contiguous run in the context."""
     ctx, v = context.values[0], block.values[0]
     n = v.shape[2]
@@ -51,7 +51,7 @@ def test_planted_block_is_retrieved_into_the_answer_context(adapter, top_k):
     spy = SpyAdapter(adapter)
     cfg = EngineConfig.from_settings(model="unused", window_tokens=40, memory_top_k=top_k, max_new_tokens=3)
     sa = StreamingAssistant(cfg, adapter=spy)
-    _fill(sa, 12)
+    fill_chunks(sa, 12)
     question = "What colour was the star?"
     if top_k:
         assert len(sa.memory) >= 8
@@ -62,7 +62,7 @@ def test_planted_block_is_retrieved_into_the_answer_context(adapter, top_k):
     context = spy.contexts[-1]
     if top_k:
         assert 3 in answer.data["retrieved_blocks"]
-        assert _contains(context, planted)
+        assert holds_block(context, planted)
         assert [3.0, 4.0] in answer.data["evidence_t_s"]
     else:
         assert sa.memory is None and answer.data["retrieved_blocks"] == []
@@ -77,13 +77,13 @@ def test_question_about_now_is_answered_from_the_window(adapter, retrieve_for_no
     cfg = EngineConfig.from_settings(model="unused", window_tokens=40, memory_top_k=2, max_new_tokens=3,
                        retrieve_for_now=retrieve_for_now)
     sa = StreamingAssistant(cfg, adapter=spy)
-    _fill(sa, 12)
+    fill_chunks(sa, 12)
     question = "What colour is the star?"
     sa.memory.reindex(3, spy.question_vector(question))
     answer = sa.reasoning.answer(Question("q", question, 6.0))
     snap = sa.window.snapshot()
     if retrieve_for_now:
-        assert 3 in answer.data["retrieved_blocks"] and _contains(spy.contexts[-1], sa.memory.load(3))
+        assert 3 in answer.data["retrieved_blocks"] and holds_block(spy.contexts[-1], sa.memory.load(3))
     else:
         assert answer.data["retrieved_blocks"] == []
         assert spy.contexts[-1].n_tokens == snap.sinks.n_tokens + sum(b.n_tokens for b in snap.blocks)
@@ -93,13 +93,13 @@ def test_question_naming_a_time_is_answered_from_that_moment(adapter):
     spy = SpyAdapter(adapter)
     cfg = EngineConfig.from_settings(model="unused", window_tokens=40, memory_top_k=4, max_new_tokens=2)
     sa = StreamingAssistant(cfg, adapter=spy)
-    _fill(sa, 12)
+    fill_chunks(sa, 12)
     answer = sa.reasoning.answer(Question("q", "What was on screen at 00:02?", 12.0))
     assert answer.data["retrieved_blocks"] == [1, 2]  # [1, 2) and [2, 3) touch 00:02 +- half a chunk
     assert answer.data["evidence_t_s"] == [[1.0, 2.0], [2.0, 3.0]]  # the recent window is left out
     blocks = [sa.memory.load(1), sa.memory.load(2)]
     assert spy.contexts[-1].n_tokens == sa.window.snapshot().sinks.n_tokens + sum(b.n_tokens for b in blocks)
-    assert all(_contains(spy.contexts[-1], b) for b in blocks)
+    assert all(holds_block(spy.contexts[-1], b) for b in blocks)
     answer = sa.reasoning.answer(Question("q", "And 10 seconds ago?", 12.0))
     assert answer.data["retrieved_blocks"] == [1, 2]
     # the dialogue about other moments stays out of a moment's prompt, and in the prompt of a question about now
@@ -111,7 +111,7 @@ def test_question_naming_a_time_is_answered_from_that_moment(adapter):
 def test_answering_leaves_the_window_unchanged(adapter):
     sa = StreamingAssistant(EngineConfig.from_settings(model="unused", window_tokens=40, max_new_tokens=4),
                             adapter=adapter)
-    _fill(sa, 6)
+    fill_chunks(sa, 6)
     before = sa.window.snapshot()
     sa.reasoning.answer(Question("q", "How many shapes are there?", 6.0))
     after = sa.window.snapshot()
@@ -123,7 +123,7 @@ def test_answering_leaves_the_window_unchanged(adapter):
 def test_dialogue_keeps_recent_turns(adapter):
     sa = StreamingAssistant(EngineConfig.from_settings(model="unused", dialogue_turns=2, max_new_tokens=2),
                             adapter=adapter)
-    _fill(sa, 1)
+    fill_chunks(sa, 1)
     for i in range(3):
         sa.reasoning.answer(Question(f"q{i}", f"question {i}?", 1.0))
     assert [q for q, _ in sa.reasoning.dialogue] == ["question 1?", "question 2?"]
@@ -195,11 +195,11 @@ def test_memory_keeps_each_block_as_encoded_after_the_sinks_alone(adapter, encod
     cfg = EngineConfig.from_settings(model="unused", fps=2.0, window_tokens=40, memory_top_k=2, memory_kv="float",
                        memory_encoding=encoding)
     sa = StreamingAssistant(cfg, adapter=adapter)
-    _fill(sa, 6)
+    fill_chunks(sa, 6)
     stored = sa.memory.load(2)  # the third chunk: encoded on a window that held the first two
     sinks = adapter.encode_text(adapter.sink_text, None)
     sink = Block(-1, 0.0, 0.0, sinks.keys, sinks.values, 0, sinks.pos_span)
-    alone = adapter.encode_chunk([_frame(4).image, _frame(5).image], concat([sink], sinks.pos_span), 1.0)
+    alone = adapter.encode_chunk([sample_frame(4).image, sample_frame(5).image], concat([sink], sinks.pos_span), 1.0)
     gaps = [float((a - s).abs().max()) for a, s in zip(alone.values, stored.values)]
     assert gaps[0] < 1e-5  # layer 0's values are the chunk's own embeddings, projected: the same either way
     if encoding == "sinks":
@@ -222,7 +222,7 @@ def test_an_answer_always_has_a_time_to_first_token(adapter):
     the time to its acknowledgement."""
     sa = StreamingAssistant(EngineConfig.from_settings(model="unused", max_new_tokens=3),
                             adapter=FirstTokenEnds(adapter))
-    _fill(sa, 2)
+    fill_chunks(sa, 2)
     empty = sa.reasoning.handle(Question("q0", "How many shapes are there?", 1.0))
     ack = sa.reasoning.handle(Question("q1", "Tell me when a red circle appears", 1.0))
     for out in (empty, ack):

@@ -91,7 +91,7 @@ def test_clip_errors(tmp_path):
         ClipSource(bad, 0.0, 1.0, 2.0)
 
 
-def _episode(video: Path, eid: str = "e1", window_s: float | None = None) -> dict:
+def replay_episode(video: Path, eid: str = "e1", window_s: float | None = None) -> dict:
     return {"schema": "stream-episode/1", "episode_id": eid, "source": {"benchmark": "ovo-bench", "task": "mixed"},
             "video": {"path": str(video), "t_start": 0.0, "t_end": None},
             "protocol": {"context": "prefix", "context_window_s": window_s, "decision_hz": None},
@@ -115,7 +115,7 @@ def test_replay_feeds_each_question_its_clip(grey_video, tiny_model_dir, adapter
 
     monkeypatch.setattr(batch, "ClipSource", Recording)
     cfg = EngineConfig.from_settings(model=str(tiny_model_dir), fps=2.0, max_new_tokens=3)
-    recs = run_episode(_episode(grey_video, window_s=1.0), cfg, adapter, "replay")
+    recs = run_episode(replay_episode(grey_video, window_s=1.0), cfg, adapter, "replay")
     # one fresh clip per question, ending at the question time (2.7 s: the grid point 2.5 s), starting at
     # t - context_window_s
     assert clips == [[0.5, 1.0, 1.5], [1.7, 2.2, 2.7]]
@@ -134,7 +134,7 @@ def _timing_free(report: dict) -> dict:
 
 def test_native_run_from_trace_and_resume(grey_video, tiny_model_dir, tmp_path):
     eps = tmp_path / "eps.jsonl"
-    eps.write_text(json.dumps(_episode(grey_video, "e1")) + "\n" + json.dumps(_episode(grey_video, "e2")) + "\n")
+    eps.write_text("".join(json.dumps(replay_episode(grey_video, e)) + "\n" for e in ("e1", "e2")))
     cfg = EngineConfig.from_settings(model=str(tiny_model_dir), fps=2.0, max_new_tokens=3)
     out = tmp_path / "run"
     report = score_files([eps], cfg, out, mode="native")
@@ -195,7 +195,7 @@ def test_cli_score_replay_and_from_trace(grey_video, tiny_model_dir, tmp_path):
     import sys
 
     eps = tmp_path / "eps.jsonl"
-    eps.write_text(json.dumps(_episode(grey_video, "e1")) + "\n")
+    eps.write_text(json.dumps(replay_episode(grey_video, "e1")) + "\n")
     base = [sys.executable, "-m", "streamvid.cli", "score", str(eps), "--model", str(tiny_model_dir),
             "--max-new-tokens", "3", "--no-plots"]
     run = subprocess.run([*base, "--mode", "replay", "--out", str(tmp_path / "a")], check=False, capture_output=True,
@@ -214,7 +214,7 @@ def test_cli_score_replay_and_from_trace(grey_video, tiny_model_dir, tmp_path):
 
 
 def test_replay_keeps_a_dialogue_chain_on_one_clip(grey_video, tiny_model_dir, adapter):
-    ep = _episode(grey_video)
+    ep = replay_episode(grey_video)
     ep["protocol"]["dialogue_turns"] = 6
     ep["events"] = [{"id": f"q{i}", "t": t, "kind": "user_query", "text": f"turn {i}?", "task": "qa-chain",
                      "prompt": "svbench"} for i, t in enumerate((2.0, 2.0, 3.0))]

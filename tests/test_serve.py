@@ -29,7 +29,7 @@ from streamvid.serve import ServeOptions, build_app
 from streamvid.serve.web import event_name
 from streamvid.sources import FileSource
 from conftest import random_frames
-from serve_helpers import _taken, engine_answer, png, push_frames, running, strict_json, wait_until
+from serve_helpers import frames_taken, engine_answer, png, push_frames, running, strict_json, wait_until
 
 openai = pytest.importorskip("openai")
 websockets_sync = pytest.importorskip("websockets.sync.client")
@@ -149,7 +149,7 @@ def test_a_jpeg_frame_is_taken(http, stream):
     r = http.post(f"/v1/streams/{stream}/frames", params={"t_s": 0.0}, content=buf.getvalue(),
                   headers={"Content-Type": "image/jpeg"})
     assert r.status_code == 200 and set(r.json()) == {"frames_in", "frames_dropped", "t_s"}
-    wait_until(lambda: _taken(http, stream) == 1, what="the jpeg to reach the engine")
+    wait_until(lambda: frames_taken(http, stream) == 1, what="the jpeg to reach the engine")
 
 
 def test_clips_and_allowed_files_open_and_other_sources_are_refused(http, allow_dir):
@@ -307,7 +307,7 @@ def test_realtime_socket_frames_question_watch_and_errors(server, http, stream, 
             ws.send(json.dumps({"type": "input_image", "image": base64.b64encode(png(image)).decode(), "t_s": i / 2}))
             ack = until("ack")[-1]
             assert ack["for"] == "input_image" and ack["t_s"] == i / 2
-            wait_until(lambda n=i + 1: _taken(http, stream) >= n, what="the frame to reach the engine")
+            wait_until(lambda n=i + 1: frames_taken(http, stream) >= n, what="the frame to reach the engine")
         wait_until(lambda: http.get(f"/v1/streams/{stream}").json()["blocks_encoded"] == 2, what="two chunks")
         ws.send("{not json")
         assert until("error")[-1]["message"] == "the message is not valid JSON"

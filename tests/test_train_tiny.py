@@ -15,13 +15,13 @@ from streamvid.cli import build_parser
 from streamvid.reasoning import stream_times
 from streamvid.synth.world import COLOURS, generate
 from streamvid.training import data as train_data
-from streamvid.training.train_tiny import CELL_PX, N_EVAL_TIMELINES, TrainConfig, _Data, train
+from streamvid.training.train_tiny import CELL_PX, N_EVAL_TIMELINES, TrainConfig, TrainingData, train
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     cfg = TrainConfig(out_dir=tmp_path_factory.mktemp("unused"), n_timelines=1, minutes=1.0)
-    return _Data(cfg, np.random.default_rng(0))
+    return TrainingData(cfg, np.random.default_rng(0))
 
 
 def test_cell_labels_match_the_decoded_pixels(data):
@@ -47,7 +47,7 @@ def test_samples_follow_the_engine_layout(data):
         assert [c[0] for c in s["chunks"]] == sorted(c[0] for c in s["chunks"])  # time order
         assert s["turns"][-1] == (s["question"], s["answer"], s["family"])
     cfg = TrainConfig(out_dir=data.cfg.out_dir, n_timelines=1, minutes=1.0, families={"backward_at_time": 1.0})
-    timed = _Data(cfg, np.random.default_rng(1))
+    timed = TrainingData(cfg, np.random.default_rng(1))
     s = timed.sample(2)
     # a question naming a time is answered from the blocks at that time alone, as the engine does
     assert len(s["turns"]) == 1 and len(s["chunks"]) <= cfg.top_k
@@ -59,15 +59,15 @@ def test_answers_are_taught_to_look_at_the_named_object_in_the_newest_block(data
     """For a question about now, the colour word is taught to look at the newest block's cells whose decoded
     pixels show that colour, and the answer at the word."""
     from streamvid.synth.questions import mentions
-    from streamvid.training.train_tiny import _Batcher
+    from streamvid.training.train_tiny import Batcher
 
     cfg = TrainConfig(out_dir=data.cfg.out_dir, n_timelines=1, minutes=1.0, families={"realtime_shape": 1.0})
-    shape_data = _Data(cfg, np.random.default_rng(3))
+    shape_data = TrainingData(cfg, np.random.default_rng(3))
     from streamvid.checkpoints.tiny import build_tiny_checkpoint
 
     adapter = QwenVLAdapter(str(build_tiny_checkpoint(tmp_path_factory.mktemp("m"), hidden=32, layers=2)))
     shape_data.encode_chunks(adapter.model, adapter.video_processor)
-    batcher = _Batcher(adapter, shape_data)
+    batcher = Batcher(adapter, shape_data)
     g = cfg.frame_px // CELL_PX
     checked = 0
     for _ in range(6):
@@ -98,14 +98,14 @@ def test_listed_objects_look_at_their_cells(tmp_path_factory):
     predicts that object's shape, layer 1 is taught to look at the cells of the timed blocks whose decoded pixels
     show that colour, and layer 2 at the word itself."""
     from streamvid.checkpoints.tiny import build_tiny_checkpoint
-    from streamvid.training.train_tiny import _Batcher
+    from streamvid.training.train_tiny import Batcher
 
     cfg = TrainConfig(out_dir=tmp_path_factory.mktemp("unused"), n_timelines=1, minutes=1.0,
                       families={"backward_at_time": 1.0})
-    timed = _Data(cfg, np.random.default_rng(4))
+    timed = TrainingData(cfg, np.random.default_rng(4))
     adapter = QwenVLAdapter(str(build_tiny_checkpoint(tmp_path_factory.mktemp("m"), hidden=32, layers=2)))
     timed.encode_chunks(adapter.model, adapter.video_processor)
-    batcher = _Batcher(adapter, timed)
+    batcher = Batcher(adapter, timed)
     tok, g = adapter.tokenizer, cfg.frame_px // CELL_PX
     palette = np.array(list(COLOURS.values()))
     listed = 0
@@ -180,12 +180,12 @@ def test_refinement_scenes_show_the_confusable_shapes():
     """With confusable_frac 1 every scene with objects shows a CONFUSABLE shape, and its labels (cell, colour,
     shape) are the colour the frame has at the cell's centre."""
     from streamvid.synth.world import SHAPES
-    from streamvid.training.train_tiny import CONFUSABLE, _scene
+    from streamvid.training.train_tiny import CONFUSABLE, grid_scene
 
     rng = np.random.default_rng(1)
     both = 0
     for _ in range(200):
-        frame, labels, n = _scene(rng, 112, confusable_frac=1.0)
+        frame, labels, n = grid_scene(rng, 112, confusable_frac=1.0)
         shown = {SHAPES[i] for i in np.nonzero(labels[:, len(COLOURS):].any(0))[0]}
         assert len(shown) == n and (n == 0 or shown & set(CONFUSABLE))
         both += set(CONFUSABLE) <= shown
@@ -240,10 +240,10 @@ def test_language_model_trains_on_the_vision_tokens_the_engine_computes(tmp_path
     import torch
 
     from streamvid.checkpoints.tiny import build_tiny_checkpoint
-    from streamvid.training.train_tiny import _Batcher, forward
+    from streamvid.training.train_tiny import Batcher, forward
 
     cfg = TrainConfig(out_dir=tmp_path / "unused", n_timelines=1, minutes=0.5)
-    data = _Data(cfg, np.random.default_rng(5))
+    data = TrainingData(cfg, np.random.default_rng(5))
     adapter = QwenVLAdapter(str(build_tiny_checkpoint(tmp_path / "m", hidden=32, layers=2)))
     model = adapter.model
     data.encode_chunks(model, adapter.video_processor, batch=7)
@@ -256,7 +256,7 @@ def test_language_model_trains_on_the_vision_tokens_the_engine_computes(tmp_path
             (expected,) = model.model.get_video_features(vision["pixel_values_videos"], vision["video_grid_thw"],
                                                          return_dict=True).pooler_output
             torch.testing.assert_close(data.chunk_tokens(0, frames), expected, atol=1e-5, rtol=1e-5)
-        batch = _Batcher(adapter, data).build([data.sample(3, turns=2)])
+        batch = Batcher(adapter, data).build([data.sample(3, turns=2)])
         chunks = batch["samples"][0]["chunks"]
         video = adapter.video_processor(videos=[np.stack([data.frame(0, k) for k in f]) for f in chunks],
                                         return_tensors="pt", do_sample_frames=False, cap_pixels_per_frame=True)
@@ -265,9 +265,9 @@ def test_language_model_trains_on_the_vision_tokens_the_engine_computes(tmp_path
         torch.testing.assert_close(forward(model, batch).logits, reference, atol=1e-4, rtol=1e-4)
 
 
-def _timeline_data(tmp_path, seed: int, **kw) -> _Data:
+def _timeline_data(tmp_path, seed: int, **kw) -> TrainingData:
     cfg = TrainConfig(out_dir=tmp_path / "unused", n_timelines=1, minutes=kw.pop("minutes", 3.0), **kw)
-    return _Data(cfg, np.random.default_rng(seed))
+    return TrainingData(cfg, np.random.default_rng(seed))
 
 
 def test_earlier_turns_were_asked_earlier_with_the_answer_right_then(tmp_path):
@@ -312,13 +312,13 @@ def test_the_prompt_is_the_engines_with_the_earlier_turns(tmp_path):
     no times of their own); only the answer to the question is a target, and the words taught to look at the frames
     are the question's."""
     from streamvid.checkpoints.tiny import build_tiny_checkpoint
-    from streamvid.training.train_tiny import _Batcher
+    from streamvid.training.train_tiny import Batcher
 
     data = _timeline_data(tmp_path, 9, families={"realtime_colour": 1.0, "backward_shape": 1.0},
                           turn_mix=(0.0, 0.0, 1.0))
     adapter = QwenVLAdapter(str(build_tiny_checkpoint(tmp_path / "m", hidden=32, layers=2)))
     data.encode_chunks(adapter.model, adapter.video_processor)
-    batcher = _Batcher(adapter, data)
+    batcher = Batcher(adapter, data)
     tok = adapter.tokenizer
     with_turns = 0
     for _ in range(8):

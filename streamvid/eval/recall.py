@@ -22,7 +22,7 @@ from streamvid.synth.world import EPS, Timeline
 MEMORY_TASKS = ("backward_colour", "backward_shape", "backward_at_time")
 
 
-def _frames(tl: Timeline, span: tuple[float, float]) -> range:
+def frames_in_span(tl: Timeline, span: tuple[float, float]) -> range:
     """The frame indices k with a <= k / fps < b."""
     a, b = span
     return range(max(0, math.ceil(a * tl.fps - EPS)), min(tl.n_frames, math.ceil(b * tl.fps - EPS)))
@@ -54,7 +54,7 @@ def retrieval_recall(episodes: list[dict], trace_path: str | Path) -> dict | Non
                 hit = bool(named) and any(a - EPS <= tl.frame_time(named[0]) < b - EPS for a, b in spans)
             else:
                 shape, colour = mentions(e["text"])
-                hit = any(frames_show(tl, _frames(tl, span), shape, colour) for span in spans)
+                hit = any(frames_show(tl, frames_in_span(tl, span), shape, colour) for span in spans)
             counts[e["task"]][0] += hit
             counts[e["task"]][1] += 1
     if not counts:

@@ -3,7 +3,7 @@ the retrieved blocks in time order, the window, then the engine's prompt (`adapt
 each video chunk its own <|vision_start|>...<|vision_end|> group with Qwen's 3-D positions.
 
 Only the current question's answer is labelled, and only its words and answer are taught where to look
-(`_attention_loss`, in two hops): at every colour or shape word of the question, two heads of decoder layer 1 attend
+(`attention_loss`, in two hops): at every colour or shape word of the question, two heads of decoder layer 1 attend
 to the vision tokens that show that colour or shape (in the newest block for a question about now, in the retrieved
 blocks for one about the past); at the position that predicts the answer's first token, two heads of layer 2
 attend to those words (to the objects' vision tokens themselves for a question that names nothing, such as a
@@ -24,7 +24,7 @@ from streamvid.synth.world import COLOURS, SHAPES
 from .config import REALTIME
 
 
-class _Batcher:
+class Batcher:
     """Turns samples into model inputs laid out like the engine's answer context."""
 
     def __init__(self, adapter: QwenVLAdapter, data):
@@ -133,7 +133,7 @@ class _Batcher:
 
 
 def forward(model, batch: dict, **kw):
-    """The model's output over a batch from `_Batcher.build`: its vision tokens in the video slots."""
+    """The model's output over a batch from `Batcher.build`: its vision tokens in the video slots."""
     ids = batch["input_ids"]
     embeds = model.get_input_embeddings()(ids)
     slots = (ids == model.config.video_token_id).unsqueeze(-1)
@@ -142,7 +142,7 @@ def forward(model, batch: dict, **kw):
                  **kw)
 
 
-def _attention_loss(attentions: torch.Tensor, looks: list[tuple[int, int, list[int]]]) -> torch.Tensor:
+def attention_loss(attentions: torch.Tensor, looks: list[tuple[int, int, list[int]]]) -> torch.Tensor:
     """-log of the attention mass that heads 0 and 1 put on the vision tokens an answer has to read, at the position
     that predicts the answer's first token. attentions: (batch, heads, L, L)."""
     if not looks:

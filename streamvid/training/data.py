@@ -28,12 +28,12 @@ from streamvid.synth.questions import QA, describe, frames_show, mentions, sampl
 from streamvid.synth.world import CELL_PX, COLOURS, SHAPES, Timeline, generate, shape_mask, write_mp4
 
 from .config import ALONE, DIALOGUE_FAMILIES, N_EVAL_TIMELINES, PROBE_TEMPLATE, TrainConfig
-from .vision import _video_inputs
+from .vision import video_inputs
 
 NAMES = (*SHAPES, *COLOURS)  # what a memory question names: a shape, or a colour
 
 
-class _Data:
+class TrainingData:
     """Timelines, their decoded frames, their chunks' vision tokens, and samples drawn from them."""
 
     def __init__(self, cfg: TrainConfig, rng: np.random.Generator):
@@ -80,7 +80,7 @@ class _Data:
             chunks = [frames[c * fpc:(c + 1) * fpc] for c in range(len(frames) // fpc)]
             out, pre = [], []
             for i in range(0, len(chunks), batch):
-                video = _video_inputs(processor, chunks[i:i + batch])
+                video = video_inputs(processor, chunks[i:i + batch])
                 res = model.model.get_video_features(video["pixel_values_videos"], video["video_grid_thw"],
                                                      return_dict=True)
                 out += list(res.pooler_output)

@@ -7,7 +7,7 @@ computable from the training tokens alone (`layer0_keys`).
 
 Two losses, both multi-positive InfoNCE (scale 20) on blocks scored as memory scores them ((cosine to the mean key
 + REGION_WEIGHT x the best region's cosine) / (1 + REGION_WEIGHT)):
-- `_contrastive`: the batch's questions against the batch's blocks;
+- `contrastive_loss`: the batch's questions against the batch's blocks;
 - `bank_loss`, the block side's: names ("what colour was the hexagon?") against one stream's past as memory holds
   it (every block that shows a name among `bank_blocks` of the blocks out of the window), the stream's own
   look-alikes as negatives. With the tower's merger training, the gradient reaches the tokens themselves.
@@ -20,8 +20,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from streamvid.adapters.vectors import region_pool, unit
 from streamvid.adapters.qwen2_5_vl import mean_queries
+from streamvid.adapters.vectors import region_pool, unit
 from streamvid.embedders import REGION_WEIGHT
 from streamvid.synth.questions import FAMILIES, frames_show, mentions
 from streamvid.synth.world import CELL_PX, SHAPES
@@ -67,7 +67,7 @@ def _infonce(sim: torch.Tensor, positives: torch.Tensor) -> torch.Tensor | None:
     return None
 
 
-def _contrastive(model, batch: dict, keys: torch.Tensor, data) -> torch.Tensor:
+def contrastive_loss(model, batch: dict, keys: torch.Tensor, data) -> torch.Tensor:
     """The batch's questions against the batch's blocks; keys: layer 0's (batch, L, dim) keys of the forward."""
     qs = F.normalize(mean_queries(model, batch["questions"], 0), dim=-1)
     sim = 20.0 * block_scores(qs, [keys[si, a:b] for si, a, b in batch["chunk_spans"]], _grid(data))

@@ -11,12 +11,12 @@ ShapesWorld puts every object inside one cell of the model's merged-token grid (
 token shows at most one object. Training runs in two stages.
 
 1. The vision tower learns alone for `vision_warmup_steps` steps with dense per-cell targets (`vision.py`). Each
-   colour and shape word's input embedding then takes the direction of its detector (`_align_words`). The tower's
+   colour and shape word's input embedding then takes the direction of its detector (`align_words`). The tower's
    blocks are then frozen at the weights the engine will run, and their output for every chunk of every timeline
-   is computed once (`_Data.encode_chunks`).
+   is computed once (`TrainingData.encode_chunks`).
 2. The language model learns on those tokens, at text speed, from:
    - next-token loss on the answer to the sample's question (`batcher.py`);
-   - where to look (`_attention_loss`, two hops: words -> the objects they name, answer -> the words);
+   - where to look (`attention_loss`, two hops: words -> the objects they name, answer -> the words);
    - retrieval (`retrieval.py`): the layer-0 keys of the blocks against the question's mean layer-0 query, in the
      batch, and, for the block side, names against one stream's past as memory holds it (`bank_loss`).
    The block side (`block_side`, on for a fresh retrain): the tower's merger, the layer that makes each merged
@@ -36,7 +36,7 @@ summed over the runs).
 
 `init_from` fine-tunes an earlier checkpoint instead: no warm-up, its word embeddings as they are, its tower as it is
 (block side off by default) unless `vision_refine_steps` > 0: then the tower first learns on for that many steps with
-the warm-up's dense targets on fresh grid scenes, anchored to its tokens (`_vision_refine`). With `steps` 0 that is
+the warm-up's dense targets on fresh grid scenes, anchored to its tokens (`vision_refine`). With `steps` 0 that is
 the only stage, and only the held-out timelines of the vision check are built.
 """
 
@@ -59,27 +59,27 @@ from streamvid.checkpoints.tiny import build_tiny_checkpoint
 from streamvid.synth.world import CELL_PX, COLOURS, SHAPES
 
 from . import checkpoint as ckpt
-from .batcher import _attention_loss, _Batcher, forward
+from .batcher import Batcher, attention_loss, forward
 from .config import CONFUSABLE, FAMILY_WEIGHTS, N_EVAL_TIMELINES, PROBE_TEMPLATE, REALTIME, TrainConfig, config_json
-from .data import _Data, probe_edge
-from .retrieval import _contrastive, bank_loss, retrieval_check
+from .data import TrainingData, probe_edge
+from .retrieval import bank_loss, contrastive_loss, retrieval_check
 from .vision import (
-    _align_words,
-    _classes,
-    _Readout,
-    _scene,
-    _vision_check,
-    _vision_refine,
-    _vision_warmup,
+    Readout,
+    align_words,
+    cell_classes,
     freeze_tower,
+    grid_scene,
     readout_loss,
     scene_batch,
+    vision_check,
+    vision_refine,
+    vision_warmup,
     warmup_optimizer,
 )
 
 __all__ = ["CELL_PX", "CONFUSABLE", "FAMILY_WEIGHTS", "N_EVAL_TIMELINES", "PROBE_TEMPLATE", "REALTIME", "TrainConfig",
-           "_Batcher", "_Data", "_Readout", "_attention_loss", "_classes", "_scene", "forward", "probe_edge", "resume",
-           "scene_batch", "train"]
+           "Batcher", "TrainingData", "Readout", "attention_loss", "cell_classes", "grid_scene", "forward",
+           "probe_edge", "resume", "scene_batch", "train"]
 
 log = logging.getLogger(__name__)
 
@@ -145,8 +145,8 @@ def train(cfg: TrainConfig, _state: tuple[dict, dict] | None = None) -> dict:
     model.train()
     steps = 6000 if cfg.steps is None else cfg.steps
     # a fine-tune without main steps (the tower refined alone) reads only the held-out timelines (its vision check)
-    data = _Data(replace(cfg, n_timelines=0) if steps == 0 and cfg.init_from is not None else cfg, rng)
-    batcher = _Batcher(adapter, data)
+    data = TrainingData(replace(cfg, n_timelines=0) if steps == 0 and cfg.init_from is not None else cfg, rng)
+    batcher = Batcher(adapter, data)
     eval_sets = {"held_out": data.eval_set(cfg.eval_samples), "held_out_dialogue": data.eval_set(cfg.eval_samples, 2)}
     model.set_attn_implementation("eager")  # the attention loss reads the attention weights
     captured: list[torch.Tensor] = []
@@ -155,7 +155,7 @@ def train(cfg: TrainConfig, _state: tuple[dict, dict] | None = None) -> dict:
     # the vision warm-up's dense signals (its readout heads are for training only and are not saved)
     tok = adapter.tokenizer
     words = torch.tensor([tok.convert_tokens_to_ids(tok.tokenize(" " + w))[0] for w in [*COLOURS, *SHAPES]])
-    readout = _Readout(model.config.vision_config.out_hidden_size)
+    readout = Readout(model.config.vision_config.out_hidden_size)
     history: list[dict] = []
     stage, start = "warmup", 0
     if meta is not None:
@@ -171,11 +171,11 @@ def train(cfg: TrainConfig, _state: tuple[dict, dict] | None = None) -> dict:
             ckpt.restore_optimizer(meta, tensors, opt)
             ckpt.restore_rng(meta, tensors, rng)
         if cfg.vision_warmup_steps > 0:
-            _vision_warmup(model, adapter.video_processor, cfg, rng, readout, data, opt, history, start,
+            vision_warmup(model, adapter.video_processor, cfg, rng, readout, data, opt, history, start,
                            lambda done: saver.maybe("warmup", done, opt))
-        _align_words(model.get_input_embeddings(), words, readout)
+        align_words(model.get_input_embeddings(), words, readout)
     elif cfg.init_from is not None and cfg.vision_refine_steps > 0 and meta is None:
-        history += _vision_refine(model, adapter.video_processor, cfg, rng, readout)
+        history += vision_refine(model, adapter.video_processor, cfg, rng, readout)
     tower_trained = cfg.init_from is None or cfg.vision_refine_steps > 0
     block = cfg.trains_block_side and steps > 0
     # from here the tower's blocks are frozen at the weights the engine will run (saved in bfloat16), and their
@@ -188,7 +188,7 @@ def train(cfg: TrainConfig, _state: tuple[dict, dict] | None = None) -> dict:
         data.merger = model.model.visual.merger
     if not resuming_main:
         with torch.no_grad():
-            history.append({"vision_check": _vision_check(data, readout) if tower_trained else None,
+            history.append({"vision_check": vision_check(data, readout) if tower_trained else None,
                             "encode_s": round(time.perf_counter() - t_enc, 1)})
         log.warning("train %s", history[-1])
     # the language model's rate stays low and its weights decayed, or its attention saturates onto a few prompt
@@ -235,9 +235,9 @@ def train(cfg: TrainConfig, _state: tuple[dict, dict] | None = None) -> dict:
         res = forward(model, batch, output_attentions=True)
         logits = res.logits
         lm_loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), batch["labels"][:, 1:].reshape(-1))
-        c_loss = _contrastive(model, batch, captured[0], data)
-        a_loss = (_attention_loss(res.attentions[cfg.word_attention_layer], batch["word_looks"])
-                  + _attention_loss(res.attentions[cfg.answer_attention_layer], batch["answer_looks"]))
+        c_loss = contrastive_loss(model, batch, captured[0], data)
+        a_loss = (attention_loss(res.attentions[cfg.word_attention_layer], batch["word_looks"])
+                  + attention_loss(res.attentions[cfg.answer_attention_layer], batch["answer_looks"]))
         loss = lm_loss + cfg.contrastive_weight * c_loss + cfg.attention_weight * a_loss
         extra = {}
         if block:
@@ -271,7 +271,7 @@ def train(cfg: TrainConfig, _state: tuple[dict, dict] | None = None) -> dict:
     model.eval()
     if block and tower_trained:
         with torch.no_grad():
-            history.append({"vision_check_end": _vision_check(data, readout)})
+            history.append({"vision_check_end": vision_check(data, readout)})
     if steps > 0:
         saver.save("done", done_steps, opt, elapsed())  # the bfloat16 weights too
     else:
@@ -284,7 +284,7 @@ def train(cfg: TrainConfig, _state: tuple[dict, dict] | None = None) -> dict:
     return record
 
 
-def _checks(model, batcher: _Batcher, eval_sets: dict, data: _Data, tok) -> dict:
+def _checks(model, batcher: Batcher, eval_sets: dict, data: TrainingData, tok) -> dict:
     """The held-out checks: per family, teacher-forced answers alone and after two earlier turns; per name,
     memory's retrieval recall (`retrieval_check`)."""
     out = {name: _evaluate(model, batcher, samples) for name, samples in eval_sets.items()}
@@ -293,7 +293,7 @@ def _checks(model, batcher: _Batcher, eval_sets: dict, data: _Data, tok) -> dict
 
 
 @torch.no_grad()
-def _evaluate(model, batcher: _Batcher, samples: list[dict], batch: int = 8) -> dict:
+def _evaluate(model, batcher: Batcher, samples: list[dict], batch: int = 8) -> dict:
     """Per-family accuracy on held-out samples: every answer token (and the end of turn) is the argmax."""
     model.eval()
     right: dict[str, list[bool]] = {}

@@ -1,5 +1,5 @@
 """The vision tower's training: the warm-up of a fresh retrain, the refinement of a checkpoint's tower, their dense
-per-cell targets (`_Readout`), grid scenes to train on, and the check of how well the tokens name their cells.
+per-cell targets (`Readout`), grid scenes to train on, and the check of how well the tokens name their cells.
 
 ShapesWorld puts every object inside one cell of the model's merged-token grid (`synth.world`), so each merged
 vision token shows at most one object, and dense targets say per token which shape and which colour it shows."""
@@ -23,7 +23,7 @@ from .config import CONFUSABLE, TrainConfig
 log = logging.getLogger("streamvid.training.train_tiny")
 
 
-class _Readout(torch.nn.Module):
+class Readout(torch.nn.Module):
     """The vision warm-up's targets, per merged vision token: which shape and which colour cover its cell (or
     none: softmax classes, so every occupied cell gets the full gradient of its shape), and per chunk the object
     count (0-3) from the mean of its tokens."""
@@ -35,14 +35,14 @@ class _Readout(torch.nn.Module):
         self.count = torch.nn.Linear(dim, 4)
 
     def loss(self, merged: torch.Tensor, cells: list[np.ndarray], counts: list[int]) -> torch.Tensor:
-        shapes, colours = _classes(np.concatenate(cells))
+        shapes, colours = cell_classes(np.concatenate(cells))
         pooled = torch.stack([t.mean(0) for t in merged.split([len(c) for c in cells])])
         return (F.cross_entropy(self.shape(merged), torch.from_numpy(shapes))
                 + F.cross_entropy(self.colour(merged), torch.from_numpy(colours))
                 + F.cross_entropy(self.count(pooled), torch.tensor(counts)))
 
 
-def _classes(cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def cell_classes(cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(cells, colours + shapes) bool -> each cell's shape class and colour class, 0 for none (a cell two objects
     covered within one chunk takes the first)."""
     n = len(COLOURS)
@@ -52,7 +52,7 @@ def _classes(cells: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @torch.no_grad()
-def _align_words(embed: torch.nn.Embedding, words: torch.Tensor, readout: _Readout) -> None:
+def align_words(embed: torch.nn.Embedding, words: torch.Tensor, readout: Readout) -> None:
     """Give each colour and shape word the direction of its detector in the readout, at the embeddings' usual norm:
     a vision token showing a red circle then points along the input embeddings of " red" and " circle", so the
     question's words match what was seen by plain attention, and by the layer-0 retrieval vectors."""
@@ -61,7 +61,7 @@ def _align_words(embed: torch.nn.Embedding, words: torch.Tensor, readout: _Reado
     embed.weight[words] = F.normalize(detectors, dim=-1) * norm
 
 
-def _scene(rng: np.random.Generator, px: int, confusable_frac: float = 0.0) -> tuple[np.ndarray, np.ndarray, int]:
+def grid_scene(rng: np.random.Generator, px: int, confusable_frac: float = 0.0) -> tuple[np.ndarray, np.ndarray, int]:
     """A random grid scene: 0-3 objects of distinct shapes and colours in distinct cells, each centred in its cell
     with the world's size range and jitter. With probability `confusable_frac` a scene with objects shows one
     CONFUSABLE shape, or (half the time, with two or more objects) all of them. Returns the frame, its (cells,
@@ -88,26 +88,26 @@ def _scene(rng: np.random.Generator, px: int, confusable_frac: float = 0.0) -> t
 
 def scene_batch(processor, rng: np.random.Generator, n: int, px: int, frames_per_chunk: int,
                 confusable_frac: float = 0.0) -> tuple[dict, list[np.ndarray], list[int]]:
-    """n random grid scenes (`_scene`), each held still for one chunk of `frames_per_chunk` frames: the processor's
+    """n random grid scenes (`grid_scene`), each held still for one chunk of `frames_per_chunk` frames: the processor's
     inputs for them, their cell labels and their object counts."""
-    frames, cells, counts = zip(*[_scene(rng, px, confusable_frac) for _ in range(n)])
-    return _video_inputs(processor, [np.stack([f] * frames_per_chunk) for f in frames]), list(cells), list(counts)
+    frames, cells, counts = zip(*[grid_scene(rng, px, confusable_frac) for _ in range(n)])
+    return video_inputs(processor, [np.stack([f] * frames_per_chunk) for f in frames]), list(cells), list(counts)
 
 
-def _video_inputs(processor, videos: list[np.ndarray]) -> dict:
+def video_inputs(processor, videos: list[np.ndarray]) -> dict:
     """The video processor's inputs for (frames, H, W, 3) chunks, called as the engine's adapter calls it."""
     return processor(videos=videos, return_tensors="pt", do_sample_frames=False, cap_pixels_per_frame=True)
 
 
-def warmup_optimizer(model, readout: _Readout, cfg: TrainConfig) -> torch.optim.Optimizer:
+def warmup_optimizer(model, readout: Readout, cfg: TrainConfig) -> torch.optim.Optimizer:
     return torch.optim.AdamW([*model.model.visual.parameters(), *readout.parameters()], lr=2 * cfg.lr,
                              weight_decay=0.0)
 
 
-def _vision_warmup(model, processor, cfg: TrainConfig, rng: np.random.Generator, readout: _Readout, data,
+def vision_warmup(model, processor, cfg: TrainConfig, rng: np.random.Generator, readout: Readout, data,
                    opt: torch.optim.Optimizer, history: list[dict], start: int = 0,
                    after_step: Callable[[int], None] | None = None) -> None:
-    """The vision tower alone with dense targets (`_Readout`), so that the language model learns on vision tokens
+    """The vision tower alone with dense targets (`Readout`), so that the language model learns on vision tokens
     that already tell shapes and colours apart. Steps alternate between freshly drawn single-frame grid scenes and
     chunks of the training timelines as the engine decodes them (compression, and objects that hop within a
     chunk, included). From step `start` (a resumed run); `after_step(steps done)` after each step (checkpoints)."""
@@ -122,7 +122,7 @@ def _vision_warmup(model, processor, cfg: TrainConfig, rng: np.random.Generator,
                 ti = int(rng.choice(data.train_ids))
                 c = int(rng.integers(data.timelines[ti].n_frames // fpc))
                 chunks.append((ti, data.chunk_frames(c)))
-            video = _video_inputs(processor, [np.stack([data.frame(ti, k) for k in ks]) for ti, ks in chunks])
+            video = video_inputs(processor, [np.stack([data.frame(ti, k) for k in ks]) for ti, ks in chunks])
             attributes = [data.cell_attributes(ti, ks) for ti, ks in chunks]
             counts = [min(len(data.timelines[ti].objects_at(ks[-1] / cfg.fps)), 3) for ti, ks in chunks]
         tokens = model.model.get_video_features(video["pixel_values_videos"], video["video_grid_thw"],
@@ -140,8 +140,8 @@ def _vision_warmup(model, processor, cfg: TrainConfig, rng: np.random.Generator,
             after_step(step + 1)
 
 
-def _vision_refine(model, processor, cfg: TrainConfig, rng: np.random.Generator, readout: _Readout) -> list[dict]:
-    """Train a checkpoint's tower on: `_Readout` fitted on its frozen tokens first (200 steps), then tower and
+def vision_refine(model, processor, cfg: TrainConfig, rng: np.random.Generator, readout: Readout) -> list[dict]:
+    """Train a checkpoint's tower on: `Readout` fitted on its frozen tokens first (200 steps), then tower and
     readout together on fresh grid scenes (a `confusable_frac` share showing a CONFUSABLE shape), plus an anchor:
     the squared distance of the tokens to those of the tower as loaded, relative to their mean square. The anchor
     keeps the tokens where the checkpoint's language model reads them, so what the refinement adds (telling a
@@ -203,7 +203,7 @@ def freeze_tower(model, train_merger: bool, round_weights: bool = True) -> None:
         model.model.visual.merger.requires_grad_(True)
 
 
-def readout_loss(readout: _Readout, data, batch: dict) -> torch.Tensor:
+def readout_loss(readout: Readout, data, batch: dict) -> torch.Tensor:
     """The warm-up's dense targets on the batch's vision tokens (live ones, where the merger trains): per cell its
     shape and colour, per chunk its count."""
     spans = [b - a for _, a, b in batch["chunk_spans"]]
@@ -216,7 +216,7 @@ def readout_loss(readout: _Readout, data, batch: dict) -> torch.Tensor:
 
 
 @torch.no_grad()
-def _vision_check(data, readout: _Readout) -> dict:
+def vision_check(data, readout: Readout) -> dict:
     """How well the tower's tokens name what their cells show, on the held-out timelines' decoded chunks (with the
     merger as it is now, where it trains): of the cells an object covers, the share whose shape (colour) the
     warm-up's readout names right."""
@@ -224,7 +224,7 @@ def _vision_check(data, readout: _Readout) -> dict:
     for ti in data.eval_ids:
         tokens = data.all_tokens(ti)
         tokens = tokens.reshape(-1, tokens.shape[-1])
-        shapes, colours = _classes(np.concatenate([data.cell_attributes(ti, data.chunk_frames(c))
+        shapes, colours = cell_classes(np.concatenate([data.cell_attributes(ti, data.chunk_frames(c))
                                                    for c in range(data.n_chunks(ti))]))
         occupied = shapes > 0
         right_shape.append((readout.shape(tokens).argmax(-1).numpy() == shapes)[occupied])
