@@ -242,9 +242,10 @@ class EngineConfig(_Section):
         return {name: getattr(self if section is None else getattr(self, section), attr)
                 for name, (section, attr) in SETTINGS.items()}
 
-    def changed(self) -> dict:
-        """The settings that are not at their default, the model left out (it is named on its own)."""
-        defaults = DEFAULTS.settings()
+    def changed(self, model_defaults: dict | None = None) -> dict:
+        """The settings that are not at their default, the model left out (it is named on its own).
+        `model_defaults`: the defaults the model folder sets (model_folder.model_settings), counted as defaults."""
+        defaults = {**DEFAULTS.settings(), **(model_defaults or {})}
         return {k: v for k, v in self.settings().items() if k != "model" and v != defaults[k]}
 
 

@@ -17,7 +17,13 @@ def trained_by_streamvid(model: str) -> bool:
     return (Path(model) / TRAINED_MARKER).is_file()
 
 
-def default_frame_px(model: str) -> int | None:
+def model_settings(model: str) -> dict:
+    """The engine settings whose default the model folder sets (applied where the user gave none)."""
+    px = default_frame_px(model, log_it=False)
+    return {} if px is None else {"frame_px": px}
+
+
+def default_frame_px(model: str, log_it: bool = True) -> int | None:
     """The frame size a streamvid-trained checkpoint was trained at (its frames are resized to it), else None
     (frames keep the source's size; the model's processor resizes them)."""
     if not trained_by_streamvid(model):
@@ -28,6 +34,7 @@ def default_frame_px(model: str) -> int | None:
         return None
     if not isinstance(px, int) or isinstance(px, bool) or px < 28:
         return None
-    log.info("%s holds %s (trained by streamvid): frames are resized to %d x %d (--frame-px N overrides)", model,
-             TRAINED_MARKER, px, px)
+    if log_it:
+        log.info("%s holds %s (trained by streamvid): frames are resized to %d x %d (--frame-px N overrides)", model,
+                 TRAINED_MARKER, px, px)
     return px

@@ -117,6 +117,12 @@ def test_every_engine_setting_has_its_flag_on_every_engine_command(command):
     # the bundled model was trained on 112-px frames (its training.json says so): that is --frame-px's default
     assert engine_config(parser.parse_args(argv)).frame_px == 112
     assert engine_config(parser.parse_args([*argv, "--frame-px", "224"])).frame_px == 224
+    # a report names the settings that differ from what this model gets by default: not the folder's frame size
+    from streamvid.model_folder import model_settings
+
+    config = engine_config(parser.parse_args(argv))
+    assert config.changed(model_settings(config.model)) == {}
+    assert config.changed() == {"frame_px": 112}
 
 
 def test_negative_dialogue_turns_is_one_line(capsys):

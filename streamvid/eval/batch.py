@@ -44,6 +44,7 @@ from streamvid.config import BUNDLED_MODEL, EngineConfig
 from streamvid.eval import prompts
 from streamvid.eval.replay import ClipSource
 from streamvid.eval.score import episode_config, episode_settings, load_all
+from streamvid.model_folder import model_settings
 
 MODES = ("native", "replay")
 _SUM_STATS = ("frames_in", "frames_dropped", "blocks_encoded", "questions_answered", "probes_run", "probes_skipped",
@@ -293,7 +294,7 @@ def run_all(episodes: list[dict], config: EngineConfig, trace_path: str | Path, 
     model = "bundled streamvid-tiny" if config.model == str(BUNDLED_MODEL) else config.model
     run_header = {"episode_id": None, "event_id": None, "type": "run", "mode": mode, "model": model,
                   "fps": config.fps, "window_tokens": config.window.tokens, "memory_top_k": config.memory.top_k,
-                  **episode_settings(config), "changed_from_defaults": config.changed()}
+                  **episode_settings(config), "changed_from_defaults": config.changed(model_settings(config.model))}
     kept, done = [], set()
     if resume and trace_path.is_file():
         records, done = read_trace(trace_path)
