@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 
 def offline_if_local(*models: str | None) -> None:
@@ -25,6 +28,7 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
 
     groups = {}
     parser.add_argument("--model", default=DEFAULTS.model, help="HF checkpoint directory or id (default: bundled)")
+    defaults = DEFAULTS.settings()
     for section, f in setting_fields():
         help = f.metadata["help"]
         if help is None:
@@ -32,7 +36,7 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
         if section not in groups:
             groups[section] = parser.add_argument_group(f"engine: {section}" if section else "engine")
         name = f.metadata["setting"]
-        default = DEFAULTS.settings()[name]
+        default = defaults[name]
         kinds = {k.strip() for k in str(f.type).split("|")}
         kw = dict(f.metadata["flag"])
         if "bool" in kinds:
@@ -48,17 +52,17 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
 
 def engine_config(args: argparse.Namespace, **settings):
     """The EngineConfig of the engine flags in `args` (and `settings` over them). A streamvid-trained model's
-    frame size is the default of --frame-px (model_folder.default_frame_px)."""
+    frame size is the default of --frame-px (model_folder.model_settings), logged when applied."""
     from streamvid.config import SETTINGS, EngineConfig
-    from streamvid.model_folder import default_frame_px
+    from streamvid.model_folder import TRAINED_MARKER, model_settings
 
     given = {name: getattr(args, name) for name in SETTINGS if hasattr(args, name)}
     config = EngineConfig.from_settings(**{**given, **settings})
-    if config.frame_px is None:
-        px = default_frame_px(config.model)
-        if px is not None:
-            config = config.replace(frame_px=px)
-    return config
+    unset = {k: v for k, v in model_settings(config.model).items() if config.settings()[k] is None}
+    for name, value in unset.items():
+        log.info("%s holds %s (trained by streamvid): %s %s (--%s overrides)", config.model, TRAINED_MARKER, name,
+                 value, name.replace("_", "-"))
+    return config.replace(**unset)
 
 
 def embedder_checkpoint(args: argparse.Namespace) -> str | None:
