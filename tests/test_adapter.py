@@ -130,3 +130,42 @@ def test_region_keys_pool_the_token_grid_onto_at_most_four_by_four():
     runs = region_keys(torch.from_numpy(keys[:40]), None)  # no grid: 16 runs of consecutive tokens (3 or 2 each)
     first = keys[:3].mean(0)
     assert runs.shape == (16, 5) and np.allclose(runs[0], first / np.linalg.norm(first), atol=1e-6)
+
+
+def _copy_checkpoint(src, dst, template: str | None):
+    """A copy of the checkpoint folder with its chat template replaced (None: removed)."""
+    dst.mkdir()
+    for f in src.iterdir():
+        if f.name != "chat_template.jinja":
+            (dst / f.name).write_bytes(f.read_bytes())
+    if template is not None:
+        (dst / "chat_template.jinja").write_text(template)
+    return dst
+
+
+def test_chunk_layout_follows_the_chat_templates_video_placeholder(tmp_path, tiny_model_dir):
+    """The chunk's text is what the checkpoint's own chat template writes for a video (here with a label before it),
+    expanded by its processor: the label's tokens, then one wrapper around the frames' pad tokens."""
+    template = (tiny_model_dir / "chat_template.jinja").read_text().replace(
+        "{% if item['type'] == 'video' %}<|vision_start|>", "{% if item['type'] == 'video' %}Clip: <|vision_start|>")
+    assert "Clip: " in template
+    adapter = QwenVLAdapter(str(_copy_checkpoint(tiny_model_dir, tmp_path / "labelled", template)))
+    frames = random_frames(2, px=56)
+    chunk = adapter.chunk_inputs(frames, 1.0)
+    grid = adapter.video_processor(videos=[np.stack(frames)], return_tensors="pt", do_sample_frames=False,
+                                   cap_pixels_per_frame=True)["video_grid_thw"]
+    pads = int(grid.prod()) // 4  # merged 2 x 2
+    label = adapter.tokenizer.encode("Clip: ", add_special_tokens=False)
+    assert chunk.ids[0].tolist() == label + [adapter.vision_start_id] + [adapter.video_pad_id] * pads + [
+        adapter.vision_end_id]
+
+
+def test_a_checkpoint_without_a_chat_template_says_so_in_one_line(tmp_path, tiny_model_dir, caplog):
+    with caplog.at_level("WARNING", logger="streamvid.adapters.qwen2_5_vl"):
+        adapter = QwenVLAdapter(str(_copy_checkpoint(tiny_model_dir, tmp_path / "bare", None)))
+    lines = [r.getMessage() for r in caplog.records if r.name == "streamvid.adapters.qwen2_5_vl"]
+    assert len(lines) == 1 and "\n" not in lines[0] and "video placeholder" in lines[0]
+    assert adapter.video_text == "<|vision_start|><|video_pad|><|vision_end|>"
+    ids = adapter.chunk_inputs(random_frames(2, px=56), 1.0).ids[0].tolist()
+    assert ids[0] == adapter.vision_start_id and ids[-1] == adapter.vision_end_id
+    assert set(ids[1:-1]) == {adapter.video_pad_id}

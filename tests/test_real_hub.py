@@ -18,13 +18,15 @@ real-hub folder, `apply_chat_template`, `processor(text=..., videos=...)`):
   processor's defaults;
 - the shrunk model runs a chunk (the model checks that the vision features fill the video-pad tokens).
 
-Skipped where the real-hub folder is absent.
+Skipped where the real-hub folder is absent, unless STREAMVID_REQUIRE_REAL_HUB=1 (set by .ci/run, whose checkout has
+the folder beside it), which makes its absence a failure.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -38,6 +40,8 @@ from streamvid.types import Context
 
 REAL_HUB = Path(__file__).resolve().parents[2] / "shared" / "real-hub"
 if not REAL_HUB.is_dir():
+    if os.environ.get("STREAMVID_REQUIRE_REAL_HUB") == "1":
+        raise RuntimeError(f"STREAMVID_REQUIRE_REAL_HUB=1 but the real hub metadata is not at {REAL_HUB}")
     pytest.skip(f"real hub metadata not found at {REAL_HUB}", allow_module_level=True)
 
 FAMILIES = {"qwen2_5_vl": "QwenVLAdapter", "qwen2_vl": "QwenVLAdapter", "qwen3_vl": "Qwen3VLAdapter"}
