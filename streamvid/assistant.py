@@ -386,6 +386,13 @@ class StreamingAssistant:
             "peak_memory_kind": "cuda" if self.adapter_device_is_cuda else "host_rss",
         }
 
+    def limits(self) -> dict:
+        """What one request may cost this stream (streamvid/limits.py), and the engine's prefill tokens per step."""
+        g, t = self.config.generation, self.config.triggers
+        return {"max_question_tokens": g.max_question_tokens, "max_dialogue_tokens": g.max_dialogue_tokens,
+                "max_condition_tokens": t.max_condition_tokens, "max_watches": t.max_watches,
+                "step_tokens": self.engine.step_tokens}
+
     def budgets(self, height: int, width: int) -> Budgets:
         """What the configured window and memory mean for this model at frames of height x width
         (`Budgets.describe()` is the line `streamvid run` logs)."""

@@ -114,6 +114,13 @@ class GenerationConfig(_Section):
                               "earlier question/answer pairs kept as context for the next question (0: none); score: "
                               "an episode's protocol may set its own", "non_negative", metavar="N")
     question_queue_size: int = opt(8, "question_queue_size", None, "positive")  # questions waiting per stream
+    # what one question may cost a forward, in the model's tokens after templating (user_text caps characters first)
+    max_question_tokens: int = opt(512, "max_question_tokens", "longest question (and narration prompt), in the "
+                                                               "model's tokens; longer ones are refused", "positive",
+                                   metavar="N")
+    max_dialogue_tokens: int = opt(2048, "max_dialogue_tokens", "earlier turns given with a question, in tokens in "
+                                                                "all; the oldest turns are dropped beyond it",
+                                   "non_negative", metavar="N")
 
 
 @dataclass(frozen=True)
@@ -124,7 +131,12 @@ class TriggerConfig(_Section):
 
     decision_hz: float | None = opt(None, "decision_hz", "at most this many trigger decisions per second of stream "
                                                          "(default: every chunk)", "positive_or_none", metavar="HZ")
-    probe_batch: int = opt(8, "probe_batch", None, "positive")  # probes per batched forward
+    probe_batch: int = opt(8, "probe_batch", None, "positive")  # probes per stream per step
+    max_condition_tokens: int = opt(128, "max_condition_tokens", "longest watch condition, as its probe question in "
+                                                                 "the model's tokens; longer ones are refused",
+                                    "positive", metavar="N")
+    max_watches: int = opt(32, "max_watches", "standing triggers per stream (watches and open 'tell me when' "
+                                              "questions); more are refused", "positive", metavar="N")
     fire: float = opt(0.6, "trigger_fire", "a chunk counts towards an alert when p(yes) >= this")
     reset: float = opt(0.4, "trigger_reset", "a trigger re-arms once p(yes) drops below this")
     k: int = opt(2, "trigger_k", "positive chunks in a row that make an alert")
@@ -178,6 +190,10 @@ class SchedulerConfig(_Section):
                                        "its next frame (default: never)", "positive_or_none", metavar="S")
     kv_mb: float | None = opt(None, "engine_kv_mb", "device KV of all streams' windows together; a stream that would "
                                                     "pass it is refused", "positive_or_none", metavar="MB")
+    step_tokens: int | None = opt(None, "step_tokens",
+                                  "tokens of prefill one scheduler step spends across all streams (question prompts, "
+                                  "chunk encodes, probes); a longer prompt is prefilled over several steps (default: "
+                                  "512, or the tokens of --max-batch chunks when more)", "positive_or_none", metavar="N")
     memory_mb: float | None = opt(None, "engine_memory_mb",
                                   "host RAM of all streams' long-term memories together (their --memory-ram-mb); a "
                                   "stream that would pass it is refused", "positive_or_none", metavar="MB")

@@ -7,17 +7,23 @@
     ...
     engine.close()
 
-Each `step` is one round over the streams, in this order (priorities):
+Each `step` is one round over the streams, in this order (priorities), spending at most `step_tokens` tokens of
+prefill across all streams (the way vLLM's `max_num_batched_tokens` bounds a step, with chunked prefill):
 1. answers: each stream's next question starts (at most one answer per stream at a time, so its dialogue stays in
-   order), then ONE batched decode forward advances every answer and narration look being decoded (a new answer
-   gets its first token from it: time to first token first);
+   order); ONE batched decode forward advances every answer and narration look past its prompt by a token (one
+   token of the budget each), and ONE forward feeds the prompts still being prefilled, each a piece of it: the
+   budget left is shared equally between them (a share a prompt does not need goes to the others), so a long prompt
+   is prefilled over several steps while the other streams' answers go on decoding; a prompt's last piece gives its
+   first token;
 2. ingest: the oldest complete chunk of up to `max_batch` streams in ONE batched chunk forward (with each stream's
-   window, positions and mask), taking streams round-robin so a busy one cannot starve the others;
-3. speaking up: the trigger probes due on every stream's newest chunk in ONE batched forward (up to
-   `probe_batch` per stream per step); narration looks join the decode batch.
-Every category runs once per step whatever the others hold, so a stream flooded with questions delays another
-stream's ingest by one step at most. Frames wait in each stream's bounded inbox; a live source drops what does not
-fit (the engine did not keep up).
+   window, positions and mask), taking streams round-robin so a busy one cannot starve the others, as many as the
+   budget left holds (a chunk's cost estimated from the stream's newest block) and always at least one;
+3. speaking up: the trigger probes due on every stream's newest chunk in ONE batched forward (up to `probe_batch`
+   per stream per step, each costing its prompt's tokens), as many as the budget left holds and always at least
+   one; narration looks join the decode batch.
+Every category runs every step whatever the others hold, so a stream flooded with questions or sending the longest
+prompts delays another stream's ingest and answers by one bounded step at most. Frames wait in each stream's
+bounded inbox; a live source drops what does not fit (the engine did not keep up).
 
 One stepping interface drives everything: the scheduler thread (`start`) loops `step`; a replay inserts frames
 and calls `run_until_idle` (StreamingAssistant.run_simulated); bench drives both.
@@ -76,7 +82,8 @@ class Engine:
         self._warm = False
         self._window_mb: dict[tuple, float] = {}
         self.steps = 0
-        self.forwards = {"decode": 0, "encode": 0, "probe": 0}
+        self.forwards = {"decode": 0, "prefill": 0, "encode": 0, "probe": 0}
+        self._step_tokens: int | None = config.scheduler.step_tokens  # resolved on the first step (step_tokens)
         self.error: BaseException | None = None
 
     # ---- streams ----------------------------------------------------------------------------------------
@@ -200,11 +207,23 @@ class Engine:
         self._idle_release(streams)
         for s in streams:
             self._guard(s, s.take_frames)
-        did = self._answer(streams)
-        did |= self._ingest(streams)
-        did |= self._decide(streams)
+        budget = self.step_tokens
+        did, budget = self._answer(streams, budget)
+        ingested, budget = self._ingest(streams, budget)
+        did |= ingested
+        did |= self._decide(streams, budget)
         self.steps += did
         return did
+
+    @property
+    def step_tokens(self) -> int:
+        """The prefill tokens one step may spend: the setting, else 512 or the tokens of `max_batch` chunks of
+        `frame_px` frames when more (so the chunks of a full batch are never split across steps)."""
+        if self._step_tokens is None:
+            px = self.config.frame_px or 448
+            chunk = self.adapter.tokens_per_chunk(px, px, self.config.frames_per_chunk)
+            self._step_tokens = max(512, self.max_batch * chunk)
+        return self._step_tokens
 
     def _idle_release(self, streams: list[Stream]) -> None:
         """Restore a released stream that has work; release one idle for idle_release_s (answers unchanged)."""
@@ -221,7 +240,8 @@ class Engine:
         while self.step():
             pass
 
-    def _answer(self, streams: list[Stream]) -> bool:
+    def _answer(self, streams: list[Stream], budget: int) -> tuple[bool, int]:
+        """Step 1 (module docstring): True if anything was decoded or prefilled, and the budget left."""
         for s in streams:
             d = s.decoding
             if d is not None and d.answering is None and s.questions_waiting:
@@ -231,13 +251,25 @@ class Engine:
                 self._guard(s, self._begin, s, *asked)
         running = [s for s in streams if s.decoding is not None and not s.closed]
         if not running:
-            return False
-        for group in _groups(running, self.max_batch):
-            self._batched(group, "decode", lambda g: self.adapter.decode([s.decoding.decoding for s in g]))
-        for s in running:
+            return False, budget
+        prefilling = [s for s in running if prefill_left(s.decoding.decoding)]
+        decoding = [s for s in running if s not in prefilling]
+        budget -= len(decoding)
+        pieces = shares([prefill_left(s.decoding.decoding) for s in prefilling], budget)
+        fed = []
+        for s, n in zip(prefilling, pieces):
+            if n:
+                s.decoding.decoding.prefill_limit = n
+                fed.append(s)
+        budget -= sum(pieces)
+        # decode steps and prompt pieces in forwards of their own: a long piece does not pad every decode row
+        for kind, rows in (("decode", decoding), ("prefill", fed)):
+            for group in _groups(rows, self.max_batch):
+                self._batched(group, kind, lambda g: self.adapter.decode([s.decoding.decoding for s in g]))
+        for s in decoding + fed:
             if not s.closed:
                 self._guard(s, self._advance, s)
-        return True
+        return True, budget
 
     def _begin(self, s: Stream, q: Question, snapshot) -> None:
         a = s.reasoning.begin(q, s.emit, snapshot)
@@ -263,10 +295,20 @@ class Engine:
         else:
             s.reasoning.offer("".join(d.pieces), s.emit)
 
-    def _ingest(self, streams: list[Stream]) -> bool:
-        ready = [s for s in streams if s.ingest.chunks_waiting and not s.closed][:self.max_batch]
+    def _ingest(self, streams: list[Stream], budget: int) -> tuple[bool, int]:
+        """Step 2: True if chunks were encoded, and the budget left."""
+        ready = []
+        for s in streams:
+            if len(ready) == self.max_batch:
+                break
+            if s.ingest.chunks_waiting and not s.closed:
+                cost = s.ingest.job_tokens
+                if ready and cost > budget:
+                    break  # the next streams' chunks wait for the next step (round-robin: they come first then)
+                ready.append(s)
+                budget -= cost
         if not ready:
-            return False
+            return False, budget
         jobs = {s: s.ingest.jobs() for s in ready}
 
         def encode(group: list[Stream]) -> None:
@@ -279,17 +321,21 @@ class Engine:
                 self._guard(s, s.ingest.commit, mine, share)
 
         self._batched(ready, "encode", encode)
-        return True
+        return True, budget
 
-    def _decide(self, streams: list[Stream]) -> bool:
+    def _decide(self, streams: list[Stream], budget: int) -> bool:
+        """Step 3: True if anything was probed or a narration look started."""
         rows = {}
         did = False
         for s in streams:
             if s.decoding is not None or s.closed:
                 continue  # a narration look (or an answer) is under way: the next round waits for it
-            got = self._guard(s, s.reasoning.probe_rows, s.emit, s.config.triggers.probe_batch)
+            got = self._guard(s, s.reasoning.probe_rows, s.emit, s.config.triggers.probe_batch, budget, not rows)
+            if got is None:
+                continue
             if got:
                 rows[s] = got
+                budget -= sum(tr.tokens for tr, _, _ in got)
             elif (look := self._guard(s, s.reasoning.narration_look, s.emit)) is not None:
                 context, prompt = look
                 s.decoding = Decoding(self.adapter.start_decoding(context, prompt, s.config.generation.max_new_tokens))
@@ -338,3 +384,21 @@ class Engine:
 
 def _groups(items: list, size: int) -> list[list]:
     return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def prefill_left(decoding) -> int:
+    """Prompt tokens an adapter's decoding has not fed yet (0 for decodings that prefill in one go)."""
+    return getattr(decoding, "prefill_left", 0)
+
+
+def shares(needs: list[int], budget: int) -> list[int]:
+    """Tokens each prompt being prefilled feeds this step: `budget` shared equally, a share larger than a prompt's
+    need going to the others (water-filling), in order; the first always gets at least one token (progress)."""
+    out = [0] * len(needs)
+    left = max(budget, 1 if needs else 0)
+    for rank, i in enumerate(sorted(range(len(needs)), key=lambda i: needs[i])):
+        out[i] = min(needs[i], left // (len(needs) - rank))
+        left -= out[i]
+    if needs and not any(out):
+        out[0] = min(needs[0], max(budget, 1))
+    return out

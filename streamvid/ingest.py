@@ -101,6 +101,14 @@ class Ingest:
             jobs.append(self._job(frames, concat([sinks], snap.next_pos)))
         return jobs
 
+    @property
+    def job_tokens(self) -> int:
+        """What the oldest waiting chunk's `jobs` will cost a step's token budget, estimated from the newest block
+        (its tokens, per job; 0 before the first block: a chunk's size is not known yet)."""
+        snap = self.window.snapshot()
+        rows = 2 if self.memory is not None and self.memory_encoding == "sinks" else 1
+        return rows * (snap.blocks[-1].n_tokens if snap.blocks else 0)
+
     def commit(self, encoded: list[Encoded], encode_s: float = 0.0) -> Block:
         """The oldest waiting chunk's block from what its `jobs` gave (same order): into the window, the blocks it
         evicts into memory, positions rebased when they run far. `encode_s`: this chunk's share of the forward."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from streamvid import limits
 from streamvid.adapters.base import VideoLLMAdapter
 from streamvid.config import EngineConfig
 from streamvid.embedders import Embedder, ModelEmbedder
@@ -68,6 +69,7 @@ class Trigger:
     score_t_s: float | None = None
     alerts: int = 0
     streak_start_s: float | None = None  # start of the first chunk of the current positive streak
+    tokens: int = 0  # its probe prompt's tokens: what a probe of it costs a step's token budget
 
     def describe(self) -> dict:
         th = self.rule.thresholds
@@ -87,11 +89,24 @@ class TriggerSet:
         self._lock = threading.Lock()
         self._items: dict[str, Trigger] = {}
 
-    def add(self, trigger: Trigger) -> None:
+    def add(self, trigger: Trigger, limit: int | None = None) -> None:
+        """Add `trigger`; ValueError when its id is taken, or when `limit` triggers are active already."""
         with self._lock:
             if trigger.id in self._items:
                 raise ValueError(f"trigger id {trigger.id!r} is already watching")
+            if limit is not None:
+                self._check_room(limit)
             self._items[trigger.id] = trigger
+
+    def check_room(self, limit: int) -> None:
+        """ValueError (one line) when `limit` triggers are active: no room for one more."""
+        with self._lock:
+            self._check_room(limit)
+
+    def _check_room(self, limit: int) -> None:
+        if len(self._items) >= limit:
+            raise ValueError(f"this stream watches {len(self._items)} conditions, at most {limit} (--max-watches); "
+                             f"stop watching one first")
 
     def remove(self, trigger_id: str) -> bool:
         with self._lock:
@@ -164,6 +179,7 @@ class Answering:
     retrieved: list[Block]
     window: bool  # the window's blocks are in the context (not for a question about an older moment alone)
     span_s: tuple[float, float] | None  # the window's stream span
+    turns_dropped: int = 0  # earlier turns left out to keep the dialogue within max_dialogue_tokens
 
 
 Emit = Callable[[Output], None]
@@ -208,8 +224,9 @@ class Reasoning:
         request = parse_request(q.text)
         if request is not None:
             rule = FiringRule(self.config.triggers.thresholds())
+            tokens = limits.prompt_tokens(self.adapter, request.probe.question)
             self.triggers.add(Trigger(q.id, request.condition, request.probe, rule, once=not request.repeat,
-                                      created_t_s=q.t_s))
+                                      created_t_s=q.t_s, tokens=tokens))
             ack = Answer(q.id, acknowledgement(request), q.text, round(q.t_s, 3), round(q.t_s - self.t_offset_s, 3),
                          round(1000 * (time.perf_counter() - q.asked_s), 1), 0, None, [], [], trigger_id=q.id)
             self.answered += 1
@@ -224,9 +241,12 @@ class Reasoning:
         window = [] if moment else snap.blocks
         context = layout(snap.sinks, retrieved, window, self.adapter.positions)
         turns = self.config.generation.dialogue_turns
-        dialogue = list(self.dialogue) if q.dialogue is None else list(q.dialogue)[-turns:]
-        prompt = self.adapter.prompt(q.text, [] if moment or not turns else dialogue)
-        return Answering(q, context, prompt, retrieved, bool(window), snap.span_s)
+        dialogue = [] if moment or not turns else list(self.dialogue) if q.dialogue is None else list(
+            q.dialogue)[-turns:]
+        dialogue, dropped = limits.fit_dialogue(self.adapter, q.text, dialogue,
+                                                self.config.generation.max_dialogue_tokens)
+        prompt = self.adapter.prompt(q.text, dialogue)
+        return Answering(q, context, prompt, retrieved, bool(window), snap.span_s, dropped)
 
     def complete(self, a: Answering, pieces: list[str], ttft_s: float | None, emit: Emit | None = None) -> Output:
         """The answer from its decoded text pieces; `ttft_s` is None when the first token the model produced ended
@@ -246,7 +266,8 @@ class Reasoning:
             q.id, text, q.text, t_s=round(q.t_s, 3), input_t_s=round(q.t_s - self.t_offset_s, 3),
             ttft_ms=round(1000 * ttft, 1), tokens=len(pieces),
             tokens_per_s=round((len(pieces) - 1) / decode_s, 1) if len(pieces) > 1 and decode_s > 0 else None,
-            evidence_t_s=[[round(x, 2), round(y, 2)] for x, y in spans], retrieved_blocks=[b.id for b in retrieved])
+            evidence_t_s=[[round(x, 2), round(y, 2)] for x, y in spans], retrieved_blocks=[b.id for b in retrieved],
+            dialogue_turns_dropped=a.turns_dropped or None)
         self.answered += 1
         if emit is not None:
             emit(answer)
@@ -278,15 +299,25 @@ class Reasoning:
         return ProbeResult(q.id, "yes" if p_yes >= 0.5 else "no", q.text, round(q.t_s, 3), round(p_yes, 4))
 
     # ---- speaking up ------------------------------------------------------------------------------------
-    def probe_rows(self, emit: Emit, limit: int) -> list[tuple[Trigger, Context, str]]:
+    def probe_rows(self, emit: Emit, limit: int, budget: int | None = None,
+                   at_least_one: bool = True) -> list[tuple[Trigger, Context, str]]:
         """Up to `limit` trigger probes due on the newest chunk, each with the context it looks at and its
         question, for a batched forward (a new chunk starts a round: at most decision_hz rounds per stream
         second; triggers whose scene the change gate finds unchanged keep their last score without a forward,
-        which may fire them: emitted). Empty when none is due."""
+        which may fire them: emitted). `budget`: the prompt tokens the rows may cost together (`Trigger.tokens`),
+        the first row taken whatever it costs when `at_least_one`; the others wait for a later step. Empty when
+        none is due or none fits."""
         r = self._current(emit)
         if r is None or not r.todo:
             return []
-        batch, r.todo = r.todo[:limit], r.todo[limit:]
+        n, cost = 0, 0
+        for tr in r.todo[:limit]:
+            if budget is not None and cost + tr.tokens > budget and not (n == 0 and at_least_one):
+                break
+            n, cost = n + 1, cost + tr.tokens
+        if n == 0:
+            return []
+        batch, r.todo = r.todo[:n], r.todo[n:]
         self._scored = r
         rows = [(tr, r.context(r.since(tr), self.adapter.positions), tr.probe.question) for tr in batch]
         self._close_round()

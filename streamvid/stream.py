@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 import torch
 
-from streamvid import user_text
+from streamvid import limits, user_text
 from streamvid.adapters.base import VideoLLMAdapter
 from streamvid.budget import window_tokens_for
 from streamvid.config import EngineConfig
@@ -73,6 +73,9 @@ class Stream:
         if config.memory.top_k > 0:
             self.memory = LongTermMemory(embedder.dim, config.memory.ram_mb, config.memory.disk_mb,
                                          config.memory.dir, kv=config.memory.kv, keep=config.memory.keep)
+        if config.narration.on:  # the narration prompt is asked on every look: a question's cap holds for it
+            limits.check_question(adapter, config.narration.prompt.replace("{mmss}", "00:00"),
+                                  config.generation.max_question_tokens, "narration prompt")
         self.ingest = Ingest(config, adapter, self.window, self.memory, embedder)
         self.reasoning = Reasoning(config, adapter, self.window, self.memory, embedder)
         self.outputs: queue.Queue[Output] = queue.Queue()
@@ -117,7 +120,11 @@ class Stream:
         """Queue a question about the stream at `t_s` (default: its newest frame); returns its id ("q0", ...).
         `dialogue`: earlier (question, answer) turns to answer with instead of the stream's own (the last
         dialogue_turns of them). Raises BusyError when the queue is full, ValueError for bad text."""
-        text = user_text.clean(text)  # ValueError: not text, empty, or too long
+        text = user_text.clean(text)  # ValueError: not text, empty, or too many characters
+        limits.check_question(self.adapter, text, self.config.generation.max_question_tokens)
+        if (request := parse_request(text)) is not None:  # "tell me when ...": a standing trigger once asked
+            limits.check_condition(self.adapter, request.probe.question, self.config.triggers.max_condition_tokens)
+            self.reasoning.triggers.check_room(self.config.triggers.max_watches)
         turns = None if dialogue is None else tuple(
             (user_text.clean(q), user_text.clean(a, "answer") if str(a).strip() else "") for q, a in dialogue)
         return self.put(text, self.ingest.latest_t_s if t_s is None else t_s, dialogue=turns)
@@ -139,12 +146,15 @@ class Stream:
         """Start a standing trigger (see StreamingAssistant.watch); returns its id ("w0", "w1", ...)."""
         condition = user_text.clean(condition, "condition")
         probe = probe_for(condition)  # raises ValueError for an empty condition
+        tokens = limits.check_condition(self.adapter, probe.question, self.config.triggers.max_condition_tokens)
         request = parse_request(condition)
         rule = FiringRule(self.config.triggers.thresholds().replace(**thresholds))
+        self.reasoning.triggers.check_room(self.config.triggers.max_watches)  # before an id is taken
         trigger_id = f"w{next(self._watch_ids)}"
         phrase = request.condition if request is not None else " ".join(condition.split()).rstrip(".!")
         t_s = self.ingest.latest_t_s if t_s is None else t_s
-        self.reasoning.triggers.add(Trigger(trigger_id, phrase, probe, rule, once=False, created_t_s=t_s))
+        self.reasoning.triggers.add(Trigger(trigger_id, phrase, probe, rule, once=False, created_t_s=t_s,
+                                            tokens=tokens), limit=self.config.triggers.max_watches)
         self.on_work()
         return trigger_id
 

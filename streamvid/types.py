@@ -83,7 +83,7 @@ class Answer(Output):
     """A finished answer, or the acknowledgement of a "tell me when" question (with `trigger_id`)."""
 
     kind: ClassVar[str] = "answer"
-    _optional: ClassVar[tuple[str, ...]] = ("trigger_id",)
+    _optional: ClassVar[tuple[str, ...]] = ("trigger_id", "dialogue_turns_dropped")
     id: str
     text: str
     question: str
@@ -95,6 +95,7 @@ class Answer(Output):
     evidence_t_s: list  # [[start, end], ...] stream spans the answer was given from
     retrieved_blocks: list  # ids of the long-term memory blocks in its context
     trigger_id: str | None = None
+    dialogue_turns_dropped: int | None = None  # oldest earlier turns left out (max_dialogue_tokens), when any
 
 
 @dataclass(frozen=True)

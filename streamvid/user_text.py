@@ -8,8 +8,9 @@ are).
 
 Control characters other than tab and newline (C0, DEL, C1) and unpaired UTF-16 surrogates (which no tokenizer can
 encode) become spaces, line ends become "\n", the text is NFC-normalised and its ends stripped. Every script passes
-through unchanged (mixed scripts, emoji, right-to-left text). The length cap keeps one question's prefill bounded;
-it counts characters after cleaning.
+through unchanged (mixed scripts, emoji, right-to-left text). The length cap counts characters after cleaning: a
+cheap first bound before any tokenizer runs; what a forward may cost is capped in the model's tokens where the text
+is spent (`streamvid/limits.py`).
 """
 
 from __future__ import annotations

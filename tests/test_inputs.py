@@ -67,7 +67,8 @@ def test_unusable_questions_are_one_clear_error(adapter, text, error):
 def test_odd_but_usable_questions_are_answered(adapter):
     questions = ["What colour\x00 is the\x1b[31m circle?\r\n", "Welche Farbe hat 形 — لون الدائرة? 🙂 ๑๒๓",
                  "a\ud800b?", "x" * 4000, "  What  is\ton\r\nscreen?  "]
-    sa = StreamingAssistant(_cfg(fps=2.0), adapter=adapter)
+    # the longest question the character cap lets through: ~4,000 tokens here, within a raised token cap
+    sa = StreamingAssistant(_cfg(fps=2.0, max_question_tokens=4096), adapter=adapter)
     frames = random_frames(8)
     sa.run_simulated(SyntheticSource(lambda i, t: frames[i], fps=2.0, n_frames=8), [])
     out: list = []

@@ -209,8 +209,9 @@ class Decoding:
         self.max_new_tokens = max_new_tokens
         self.tokens: list[int] = []  # generated ids so far (the stop token not included)
         self.done = max_new_tokens <= 0  # after a stop token, max_new_tokens tokens, or cancel()
-        self._batch: _Batch | None = None  # where its K/V are, once its prompt is prefilled
-        self._started = False  # its prompt was prefilled
+        self._batch: _Batch | None = None  # where its K/V are, once its first forward ran
+        self._fed = 0  # ids fed so far: prompt pieces, then each generated token but the newest
+        self.prefill_limit: int | None = None  # prompt tokens the next forward may feed (None: all that are left)
         self._added = False  # the last decode step appended a token
         self._seen = 0  # tokens whose text pieces were computed
         self._shown = ""
@@ -233,13 +234,20 @@ class Decoding:
         self.done = True
         self._batch = None
 
+    @property
+    def prefill_left(self) -> int:
+        """Prompt tokens not fed yet: while there are, a `decode` step feeds the next piece of the prompt (at most
+        `prefill_limit` tokens: chunked prefill) and yields no token until the prompt's last piece."""
+        return max(0, len(self.prompt_ids) - self._fed)
+
     def _pending(self) -> list[int]:
-        """The ids the next forward feeds: the prompt, then each generated token."""
-        return self.tokens[-1:] if self._started else self.prompt_ids
+        """The ids the next forward feeds: the prompt's next piece, then each generated token."""
+        if left := self.prefill_left:
+            return self.prompt_ids[self._fed:self._fed + min(left, self.prefill_limit or left)]
+        return self.tokens[-1:]
 
     def _next_pos(self) -> int:
-        fed = len(self.prompt_ids) + len(self.tokens) - 1 if self._started else 0
-        return self.context.next_pos + fed
+        return self.context.next_pos + self._fed
 
     def own_kv(self) -> Context:
         """Its K/V so far as a context of its own: the context before the first step, after it the real columns of
@@ -307,8 +315,11 @@ def decode(adapter: HFVideoAdapter, decodings: Sequence[Decoding]) -> None:
             logits = adapter.forward(input_ids, position_ids, None, cache=batch.cache, mask=mask)[0]
         batch.filled += width
         tokens = logits[:, -1].argmax(-1).tolist()
-    for d, token in zip(rows, tokens):
-        d._started = True
+    for d, fed, token in zip(rows, ids, tokens):
+        d._fed += len(fed)
+        if d.prefill_left:  # a piece of the prompt: no token until its last piece
+            d._added = False
+            continue
         d._added = token not in adapter.stop_ids
         if d._added:
             d.tokens.append(token)
@@ -320,7 +331,7 @@ def new_batch(adapter: HFVideoAdapter, rows: list[Decoding]) -> _Batch:
     """A cache for `rows`, from each one's own K/V, with room for its pending ids and the tokens it may still
     generate. A single row: `buffered_cache` (a context with room is written in place, as the single-row path does)."""
     pasts = [d.own_kv() for d in rows]
-    spare = max(len(d._pending()) for d in rows) + max(d.max_new_tokens - len(d.tokens) for d in rows)
+    spare = max(d.prefill_left or 1 for d in rows) + max(d.max_new_tokens - len(d.tokens) for d in rows)
     if len(rows) == 1:
         batch = _Batch(rows, buffered_cache(adapter.model.config, pasts[0], spare), None, pasts[0].n_tokens)
     else:

@@ -176,7 +176,8 @@ class Hub:
         running = s.error is None and not s.sa.ended and not s.done.is_set()
         extra = {"session": s.session.info()} if s.session is not None else {}
         return finite({**s.info(), **stats, "t_s": round(s.sa.latest_t_s, 3), "running": running,
-                       "ended": s.sa.ended, "error": s.error, "triggers": len(s.sa.triggers()), **extra})
+                       "ended": s.sa.ended, "error": s.error, "triggers": len(s.sa.triggers()),
+                       "limits": s.sa.limits(), **extra})
 
     def close(self, sid: str) -> dict:
         """Stop the stream (source, reader and fan-out joined with bounds); its final stats."""
