@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 THREAD_NAME = "streamvid-source"
 JOIN_TIMEOUT_S = 2.0
-LIVE_OPEN_TIMEOUT_S = 10.0  # PyAV gives up opening a camera/URL after this long
+LIVE_OPEN_TIMEOUT_S = 10.0  # PyAV gives up opening a camera/URL after this long (connect; then probe), by default
 LIVE_READ_TIMEOUT_S = 5.0  # ... and a blocked read after this long, so the reader thread always ends
 RECONNECT_BACKOFF_S = (0.5, 30.0)  # a lost camera/URL is reopened after 0.5 s, then 1, 2, 4, ... 30, 30 s
 RECONNECT_HEALTHY_S = 10.0  # a connection that delivered this much stream time resets the backoff
@@ -258,7 +258,10 @@ class LiveSource(_Source):
     `read` from one consumer thread, `close` from any thread; the container is opened, used and closed only by
     the reader thread (after the first open, here). Errors while opening the first time raise ValueError here.
     `guard` (a `net_policy.UrlGuard`) checks the URL's host before every open and fetches http(s) resources,
-    nested ones included, itself; `max_frame_pixels` refuses larger frames (see FileSource).
+    nested ones included, itself; `max_frame_pixels` refuses larger frames (see FileSource). Every open (the first
+    and each reopen) gives up after `open_timeout_s` connecting, and again probing (PyAV's open timeout: ffmpeg's
+    interrupt callback, so a server that never answers or drips its reply fails too), with a ValueError that names
+    the timeout.
 
     Drops: a stream that fails while decoding, stalls for LIVE_READ_TIMEOUT_S, or ends although it declares no
     duration (a camera, a live RTSP/HTTP stream) is lost, not ended: with `reconnect` (the default) the reader
@@ -285,13 +288,15 @@ class LiveSource(_Source):
                  backoff_s: tuple[float, float] = RECONNECT_BACKOFF_S, max_outage_s: float | None = MAX_OUTAGE_S,
                  max_frame_pixels: int | None = None, guard: UrlGuard | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], bool] | None = None) -> None:
+                 sleep: Callable[[float], bool] | None = None, open_timeout_s: float = LIVE_OPEN_TIMEOUT_S) -> None:
         _check_fps_size(fps, size)
+        if not 0 < open_timeout_s < float("inf"):
+            raise ValueError(f"open_timeout_s must be a number of seconds > 0, got {open_timeout_s}")
         if not 0 < backoff_s[0] <= backoff_s[1]:
             raise ValueError(f"backoff_s must be (first, longest) with 0 < first <= longest, got {backoff_s}")
         if max_outage_s is not None and not max_outage_s > 0:
             raise ValueError(f"max_outage_s must be > 0 or None, got {max_outage_s}")
-        self.url, self.name, self.guard = url, name or url, guard
+        self.url, self.name, self.guard, self.open_timeout_s = url, name or url, guard, open_timeout_s
         self.backoff_s, self.max_outage_s, self.max_frame_pixels = backoff_s, max_outage_s, max_frame_pixels
         self._format, self._options = format, dict(options or {})
         self._halt = threading.Event()
@@ -308,7 +313,7 @@ class LiveSource(_Source):
     def _connect(self):
         """A fresh container for the URL (checked by the guard, when there is one); ValueError when it fails."""
         target, kwargs = self.url, {"format": self._format, "options": dict(self._options),
-                                    "timeout": (LIVE_OPEN_TIMEOUT_S, LIVE_READ_TIMEOUT_S)}
+                                    "timeout": (self.open_timeout_s, LIVE_READ_TIMEOUT_S)}
         if self.guard is not None:
             try:
                 target, extra = self.guard.prepare(self.url)
@@ -317,7 +322,15 @@ class LiveSource(_Source):
             kwargs["options"].update(extra.pop("options", {}))
             kwargs["format"] = extra.pop("format", None) or self._format
             kwargs.update(extra)
-        return open_container(target, self.name, self.max_frame_pixels, **kwargs)
+        started_s = time.monotonic()
+        try:
+            return open_container(target, self.name, self.max_frame_pixels, **kwargs)
+        except ValueError as e:
+            if type(e) is ValueError and time.monotonic() - started_s >= self.open_timeout_s:
+                # ffmpeg's interrupt callback ended it ("Immediate exit requested"): say which limit did
+                raise ValueError(f"cannot open {self.name}: no answer within {self.open_timeout_s:g} s "
+                                 f"(the open timeout)") from None
+            raise
 
     def _reconnecting(self, fps: float, size: int | None) -> Iterator[Frame]:
         """Frames of every connection in turn, on one clock and one index (reader thread only)."""

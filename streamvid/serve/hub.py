@@ -1,7 +1,8 @@
 """The streams of one server on one engine, and each stream's one fan-out of outputs to many subscribers.
 
     hub = Hub(engine, options)                    # engine: streamvid.engine.Engine, started
-    info = hub.open("push", fps=2.0)              # {"id", "object": "stream", "source", "created", "fps"}
+    info = hub.open("push", fps=2.0)              # {"id", "object": "stream", "source", "created", "fps", "state"}
+    hub.open("rtsp://cam.example/s")["state"]     # "opening": the source connects on hub.opener's threads
     sub = hub.subscribe(info["id"], deltas=True)  # a bounded queue of this stream's outputs as JSON objects
     hub.push(info["id"], png_bytes, "image/png")  # frames into a push stream
     qid = hub.ask(info["id"], "What colour is the circle?")
@@ -17,14 +18,26 @@ its oldest items (counted in `dropped`) and never holds up the others or the eng
 {"type": "status", "event": "ended"} when a clip or URL ends, "error" when the stream's work failed, and "closed"
 when the stream is stopped, after which every subscriber's `get` returns CLOSED.
 
+A URL source opens off the request path: `open` looks its host up (the policy's check) on the caller's thread, takes
+the engine slot, lists the stream in state "opening" and returns; its connect and probe run on `opener`, a bounded
+pool of threads of its own ("streamvid-serve-open", `options.max_opening_sources` at once; one more is refused with
+Unavailable; HubService calls `open` itself there, so the host lookup waits there too, and gets the stream's info
+through `listed`). The stream goes "live" when its source is open, or "failed" with a one-line `error` when the open
+fails or has not finished `options.source_open_timeout_s` after `open` was called (its fan-out thread watches that
+deadline; the connect itself gives up by PyAV's timeouts, and a source that opens too late is closed unused). Clips,
+files and "push" open on the caller's thread, before `open` returns ("live"). Frames, status reads and deletes never
+wait on an open: they take no lock that an open holds while it waits on the network.
+
 Every request about a stream (a frame, a question, a status read, a watch) and every open subscriber (an events
 stream, a realtime socket, a chat completion waiting for its answer) counts as activity: a stream without any for
 `options.stream_idle_timeout_s` is closed by `reap_idle` (a Periodic thread calls it), its final stats logged.
 A stream opened with a `session_dir` (stream_sessions.py) is saved there every `options.session_save_s` and when
 it closes, however it closes; `open(..., resume=True)` continues a saved one.
 
-Thread contract: every public method of `Hub` from any thread; `_lock` guards the streams table only. Subscribers:
-subscriber.py. `clock` (monotonic seconds) may be replaced, for tests.
+Thread contract: every public method of `Hub` from any thread; `_lock` guards the streams table only; a stream's
+`lock` its subscribers, its push clock and its opening state (never held across network waits). Subscribers:
+subscriber.py. `clock` (monotonic seconds, the idle clock) may be replaced, for tests; open deadlines are on
+`time.monotonic`.
 """
 
 from __future__ import annotations
@@ -37,13 +50,15 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from streamvid.assistant import BusyError, StreamingAssistant
 from streamvid.engine import EngineFull
 from streamvid.periodic import Periodic
 import streamvid.serve.images as images
-from streamvid.serve.errors import BadRequest, Busy, Conflict, NotFound, Unavailable, finite
+from streamvid.serve.errors import (BadRequest, Busy, Conflict, NotFound, ServeError, Timeout, Unavailable, finite,
+                                    wire_error)
 from streamvid.serve.options import ServeOptions, model_id
 from streamvid.serve.policy import SourcePolicy
 from streamvid.serve.stream_sessions import SESSION_MARK, SessionFolders, StreamSession
@@ -54,6 +69,7 @@ log = logging.getLogger(__name__)
 
 MAX_STREAM_S = 10 * 365 * 24 * 3600.0  # stream times beyond ten years are refused
 FANOUT_WAIT_S = 0.25
+MIN_FPS = 0.01  # a frame per 100 s: slower is not a video stream (and 5e-324 would never sample a frame)
 
 
 @dataclass
@@ -75,12 +91,89 @@ class ServedStream:
     ended_sent: bool = False
     session: StreamSession | None = None  # its session folder
     last_active: float = 0.0  # hub clock of the last request about it
+    opening: bool = False  # its source is still opening (on the hub's open pool)
+    started: bool = True  # its assistant reads its source (False until a URL source has opened)
+    open_deadline: float | None = None  # time.monotonic() by which its source must have opened
+    opened: threading.Event = field(default_factory=threading.Event)  # the open ended (either way), or it closed
+
+    def state(self) -> str:
+        """Its state: "opening", "live", "ended" (a clip or URL that ended), "failed" (see `error`) or "closed"."""
+        if self.opening:
+            return "opening"
+        if self.error is not None:
+            return "failed"
+        if self.done.is_set():
+            return "closed"
+        return "ended" if self.sa.ended else "live"
 
     def info(self) -> dict:
-        info = {"id": self.id, "object": "stream", "source": self.source, "created": self.created, "fps": self.fps}
+        info = {"id": self.id, "object": "stream", "source": self.source, "created": self.created, "fps": self.fps,
+                "state": self.state()}
         if self.session is not None:
             info.update(session_dir=str(self.session.folder), resumed=self.session.resume)
         return info
+
+
+class OpenPool:
+    """Threads ("streamvid-serve-open") for the work of opening sources that may wait on the network: a URL's host
+    lookup, connect and probe. At most `size` jobs at once, each on a daemon thread of its own (none waits in a
+    queue, and none holds up the process's exit); `submit` refuses one more with Unavailable (503). Separate from the
+    threads that serve frames, status reads and deletes (asyncio's default executor), so a source that never
+    answers holds up only its own stream.
+
+    Thread contract: `submit`, `busy` and `shutdown` from any thread."""
+
+    def __init__(self, size: int):
+        if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ValueError(f"max_opening_sources must be an integer >= 1, got {size!r}")
+        self.size = size
+        self._lock = threading.Lock()
+        self._busy = 0
+        self._closed = False
+
+    def submit(self, fn: Callable, *args) -> Future:
+        """`fn(*args)` on a thread of its own; its Future. Unavailable when `size` jobs are running, or after
+        `shutdown`."""
+        with self._lock:
+            if self._closed:
+                raise Unavailable("the server is shutting down")
+            if self._busy >= self.size:
+                raise Unavailable(f"too many sources opening: {self.size} at most at once; try again shortly")
+            self._busy += 1
+        future: Future = Future()
+        try:
+            threading.Thread(target=self._run, args=(future, fn, args), name="streamvid-serve-open",
+                             daemon=True).start()
+        except BaseException:
+            self._release()
+            raise
+        return future
+
+    def _run(self, future: Future, fn: Callable, args: tuple) -> None:
+        future.set_running_or_notify_cancel()
+        try:
+            result = fn(*args)
+        except BaseException as e:  # noqa: BLE001 - handed to whoever waits on the future
+            self._release()
+            future.set_exception(e)
+        else:
+            self._release()
+            future.set_result(result)
+
+    def _release(self) -> None:
+        with self._lock:
+            self._busy -= 1
+
+    @property
+    def busy(self) -> int:
+        """Jobs running now."""
+        with self._lock:
+            return self._busy
+
+    def shutdown(self) -> None:
+        """No more jobs; running ones end by their own timeouts."""
+        with self._lock:
+            self._closed = True
 
 
 class Hub:
@@ -97,7 +190,9 @@ class Hub:
         self.policy = SourcePolicy(allow_dirs=tuple(self.options.allow_dirs),
                                    max_frame_pixels=self.options.max_frame_pixels,
                                    allow_private_urls=self.options.allow_private_urls,
-                                   max_outage_s=self.options.max_outage_s, frame_px=self.config.frame_px)
+                                   max_outage_s=self.options.max_outage_s, frame_px=self.config.frame_px,
+                                   open_timeout_s=self.options.source_open_timeout_s)
+        self.opener = OpenPool(self.options.max_opening_sources)  # URL sources' connects and probes
         self.folders = SessionFolders(self.policy.allow_dirs, self.options.session_save_s)
         self._streams: dict[str, ServedStream] = {}
         self._lock = threading.Lock()
@@ -109,17 +204,26 @@ class Hub:
 
     # ---- streams ----------------------------------------------------------------------------------------
     def open(self, source: object, fps: float | None = None, session_dir: object = None,
-             resume: bool = False) -> dict:
+             resume: bool = False, listed: Callable[[dict], None] | None = None) -> dict:
         """A new stream on `source` (see policy.SourcePolicy); Busy when the engine is full. With `session_dir` (a
         folder inside an --allow-dir) it is saved there; `resume` continues the session saved there instead of
-        starting one (the stream clock, window, memory and dialogue go on)."""
+        starting one (the stream clock, window, memory and dialogue go on). A clip, a file or "push" opens before
+        this returns (state "live"). A URL's host is looked up here (which may wait on the network), then the
+        stream is listed in state "opening" and its source connects and is probed: on `opener` after this returns
+        (Unavailable when too many sources are opening), or, with `listed`, on this thread after `listed(info)`
+        was called (this returns when the open has ended; the service calls it so, on an `opener` thread)."""
+        called_s = time.monotonic()
         fps = self.config.fps if fps is None else fps
         if isinstance(fps, bool) or not isinstance(fps, int | float) or not math.isfinite(fps) \
-                or not 0 < fps <= self.options.max_fps:
-            raise BadRequest(f"fps must be a number in (0, {self.options.max_fps:g}], got {fps!r}"[:200])
+                or not MIN_FPS <= fps <= self.options.max_fps:
+            raise BadRequest(f"fps must be a number in [{MIN_FPS:g}, {self.options.max_fps:g}], got {fps!r}"[:200])
         if not isinstance(resume, bool) or (resume and session_dir is None):
             raise BadRequest('"resume": true needs the "session_dir" the stream was saved in')
         kind, label, open_source = self.policy.resolve(source)  # refused before a slot is taken
+        timeout = self.options.source_open_timeout_s
+        if kind == "url" and time.monotonic() - called_s >= timeout:
+            raise Timeout(f"the source did not open within {timeout:g} s (--source-open-timeout-s): its host name "
+                          f"did not resolve in time")
         folder = self.folders.resolve(session_dir) if session_dir is not None else None
         config = self.config if fps == self.config.fps else self.config.replace(fps=float(fps))
         session = self.folders.claim(folder, resume) if folder is not None else None
@@ -130,24 +234,105 @@ class Hub:
                       else StreamingAssistant(config, engine=self.engine))
             except EngineFull as e:
                 raise Busy(str(e)) from None
-            src = open_source(float(fps))
-            sa.start(src)
+            if kind == "url":
+                s = self._new(sa, kind, label, fps, session, None)
+                s.opening, s.started, s.open_deadline = True, False, called_s + timeout
+                if listed is None:
+                    self.opener.submit(self._open_source, s, open_source)  # Unavailable: too many opening
+                    return self._add(s)
+            else:
+                src = open_source(float(fps))
+                sa.start(src)
         except BaseException:
             if sa is not None:
                 sa.stop()
             if session is not None:
                 session.release()
             raise
-        sid = f"{self.prefix}{SESSION_MARK if session else ''}{secrets.token_hex(6)}"
-        s = ServedStream(sid, sa, kind, label, float(fps), int(time.time()), push=src if kind == "push" else None,
-                         session=session, last_active=self.clock())
+        if kind == "url":  # opened on this thread once the caller has the listed stream's info
+            try:
+                listed(self._add(s))
+            finally:
+                self._open_source(s, open_source)
+            return s.info()
+        s = self._new(sa, kind, label, fps, session, src if kind == "push" else None)
         if session is not None:
             session.start_autosave(sa)
+        return self._add(s)
+
+    def _new(self, sa, kind: str, label: str, fps: float, session: StreamSession | None, push) -> ServedStream:
+        sid = f"{self.prefix}{SESSION_MARK if session else ''}{secrets.token_hex(6)}"
+        return ServedStream(sid, sa, kind, label, float(fps), int(time.time()), push=push, session=session,
+                            last_active=self.clock())
+
+    def _add(self, s: ServedStream) -> dict:
+        """List the stream and start its fan-out thread; its info."""
         s.thread = threading.Thread(target=self._fanout, args=(s,), name="streamvid-serve-fanout", daemon=True)
         with self._lock:
-            self._streams[sid] = s
+            self._streams[s.id] = s
         s.thread.start()
         return s.info()
+
+    def _open_source(self, s: ServedStream, open_source: Callable[[float], object]) -> None:
+        """On an `opener` thread: open the stream's URL source (connect, probe) and start the stream on it, unless
+        the stream failed (its deadline) or closed meanwhile: then the source is closed unused."""
+        try:
+            src = open_source(s.fps)
+        except Exception as e:  # noqa: BLE001 - a refused or unreachable source (or anything else) fails the stream
+            late = time.monotonic() >= s.open_deadline  # (ffmpeg's own timeout, at about the same time)
+            self._fail_open(s, self._too_late() if late else e.message if isinstance(e, ServeError)
+                            else wire_error(e).message)
+            return
+        reason = "the stream closed while its source opened"
+        with s.lock:  # (not held while the source opened)
+            start = s.opening and not s.done.is_set()
+            if start:
+                try:
+                    s.sa.start(src)
+                except Exception as e:  # noqa: BLE001
+                    start, reason = False, wire_error(e).message
+                else:
+                    s.started, s.opening = True, False
+                    if s.session is not None:
+                        s.session.start_autosave(s.sa)
+        if not start:
+            src.close()
+            if s.opening:
+                self._fail_open(s, reason)
+        s.opened.set()
+
+    def _fail_open(self, s: ServedStream, reason: str) -> None:
+        """The stream's source did not open: it is "failed" with `reason` (kept listed, for GET, until it is deleted
+        or closed as idle), its engine slot and session folder are given back, its subscribers get an error event."""
+        with s.lock:
+            if not s.opening:
+                return
+            s.opening, s.error = False, reason
+        s.opened.set()
+        log.warning("stream %s failed to open its source: %s", s.id, reason)
+        self._publish(s, {"type": "status", "event": "error", "t_s": round(s.sa.latest_t_s, 3), "message": reason})
+        try:
+            s.sa.stop()
+        except RuntimeError:
+            pass
+        if s.session is not None:
+            s.session.release()
+
+    def _too_late(self) -> str:
+        return (f"the source did not open within {self.options.source_open_timeout_s:g} s "
+                f"(--source-open-timeout-s)")
+
+    def _await_open(self, s: ServedStream) -> bool:
+        """On the stream's fan-out thread: wait until its source has opened (True), failed, passed its deadline
+        (then the stream fails) or the stream closed (False)."""
+        while s.opening and not s.done.is_set():
+            left = s.open_deadline - time.monotonic()
+            if left <= 0:
+                self._fail_open(s, self._too_late())
+                break
+            s.opened.wait(min(FANOUT_WAIT_S, left))
+        with s.lock:
+            return s.started and not s.done.is_set()
 
     def get(self, sid: str) -> ServedStream:
         """The stream (a request about it: its idle clock starts again); NotFound."""
@@ -173,7 +358,7 @@ class Hub:
 
     def _status(self, s: ServedStream) -> dict:
         stats = s.sa.stats()
-        running = s.error is None and not s.sa.ended and not s.done.is_set()
+        running = s.state() == "live"
         extra = {"session": s.session.info()} if s.session is not None else {}
         return finite({**s.info(), **stats, "t_s": round(s.sa.latest_t_s, 3), "running": running,
                        "ended": s.sa.ended, "error": s.error, "triggers": len(s.sa.triggers()),
@@ -212,8 +397,12 @@ class Hub:
         return finals
 
     def _stop(self, s: ServedStream, reason: str = "deleted") -> dict:
-        s.done.set()
-        if s.session is not None:
+        with s.lock:  # a source still opening is closed unused when it opens (see _open_source)
+            s.done.set()
+            s.opening = False
+            started = s.started
+        s.opened.set()
+        if s.session is not None and started:
             s.session.save_final(s.sa)  # before the stream's state is released; never raises
         try:
             s.sa.stop()
@@ -241,6 +430,7 @@ class Hub:
     def shutdown(self) -> None:
         if self._reaper is not None:
             self._reaper.stop()
+        self.opener.shutdown()
         with self._lock:
             streams, self._streams = list(self._streams.values()), {}
         for s in streams:
@@ -280,9 +470,13 @@ class Hub:
         return {"frames_in": st["frames_in"], "frames_dropped": st["frames_dropped"], "t_s": round(float(t_s), 3)}
 
     def ask(self, sid: str, text: object, dialogue: list[tuple[str, str]] | None = None) -> str:
-        """Queue a question about the stream at its current time; its id. Busy when the queue is full."""
+        """Queue a question about the stream at its current time; its id. Busy when the queue is full, Conflict
+        while its source is still opening."""
         s = self.get(sid)
         self._check_running(s)
+        if s.opening:
+            raise Conflict(f"stream {sid} is still opening its source: ask once its state is \"live\" "
+                           f"(GET /v1/streams/{sid})")
         try:
             return s.sa.ask(text, dialogue=dialogue)
         except BusyError as e:
@@ -347,7 +541,10 @@ class Hub:
             s.last_active = self.clock()  # a reader leaving: the idle clock starts now
 
     def _fanout(self, s: ServedStream) -> None:
-        """The stream's one consumer of sa.outputs(): each output to every subscriber, until the stream stops."""
+        """The stream's one consumer of sa.outputs(): each output to every subscriber, until the stream stops (after
+        its source has opened)."""
+        if not self._await_open(s):
+            return
         try:
             while not s.done.is_set():
                 for out in s.sa.outputs(timeout_s=FANOUT_WAIT_S):

@@ -4,6 +4,7 @@ the library's own pieces (the library never imports the app).
     policy = SourcePolicy(allow_dirs=["/srv/videos"])
     kind, label, open_ = policy.resolve("shapes_7")       # refused here (SourceRefused) before any slot is taken
     source = open_(fps=2.0)                               # a live FrameSource
+    policy.is_url("rtsp://cam.example/s")                 # True: resolving and opening it may wait on the network
 
 A source is one of:
 - "push": frames sent to `POST /v1/streams/{id}/frames` or the realtime socket (streamvid.sources.PushSource);
@@ -15,6 +16,11 @@ A source is one of:
   container demuxers only, so a playlist or concat list cannot name other files.
 Anything else (another path, file:, concat:, pipe: ...) is refused in one line. Frames larger than
 `max_frame_pixels` are refused from the size their stream declares, before a frame is decoded.
+
+What may wait on the network: `resolve` of a URL (its host is looked up, unless private URLs are allowed) and the
+opener of a URL (connect, fetch, probe: ffmpeg gives up connecting, and then probing, after `open_timeout_s`; the
+http(s) reader of net_policy when no data comes for that long), with a one-line error. The server runs both on
+threads of their own (hub.OpenPool), never on those that serve frames and status reads.
 
 Thread contract: immutable after construction; `resolve` and the opener it returns may be called from any thread.
 """
@@ -30,7 +36,7 @@ from streamvid.assets import demo_clips
 from streamvid.decoding import FrameTooLarge, open_container
 from streamvid.net_policy import AddressRefused, UrlGuard, public_address
 from streamvid.serve.errors import BadRequest
-from streamvid.sources import MAX_OUTAGE_S, FileSource, FrameSource, LiveSource, PushSource
+from streamvid.sources import LIVE_OPEN_TIMEOUT_S, MAX_OUTAGE_S, FileSource, FrameSource, LiveSource, PushSource
 
 VIDEO_SUFFIXES = (".mp4", ".m4v", ".mov", ".webm", ".mkv", ".avi")
 URL_SCHEMES = ("rtsp", "rtsps", "rtmp", "rtmps", "http", "https")
@@ -52,6 +58,7 @@ class SourcePolicy:
     max_frame_pixels: int = 4096 * 4096
     allow_private_urls: bool = False
     max_outage_s: float | None = MAX_OUTAGE_S
+    open_timeout_s: float = LIVE_OPEN_TIMEOUT_S  # a URL's connect, and then its probe, give up after this long
     frame_px: int | None = None  # frames of clips, files and URLs are resized to this right after decoding
     clips: dict[str, Path] = field(default_factory=demo_clips)
     check_address: Callable[[str, int], str] = public_address
@@ -61,6 +68,14 @@ class SourcePolicy:
         for d in self.allow_dirs:
             if not d.is_dir():
                 raise ValueError(f"--allow-dir {d}: not a folder")
+
+    def is_url(self, spec: object) -> bool:
+        """Whether `spec` names a network URL (resolving it may look its host up, opening it connects); cheap, and
+        says nothing about whether the URL is allowed."""
+        if not isinstance(spec, str):
+            return False
+        scheme = _SCHEME.match(spec.strip())
+        return bool(scheme) and len(scheme.group(1)) > 1 and scheme.group(1).lower() in URL_SCHEMES
 
     def resolve(self, spec: object) -> tuple[str, str, Callable[[float], FrameSource]]:
         """(kind, label, open(fps) -> source) for a source spec; SourceRefused saying why not."""
@@ -79,7 +94,7 @@ class SourcePolicy:
             if scheme.group(1).lower() not in URL_SCHEMES:
                 raise SourceRefused(f"URL scheme {scheme.group(1)!r} is not allowed; use one of "
                                     f"{', '.join(URL_SCHEMES)}")
-            guard = None if self.allow_private_urls else UrlGuard(self.check_address)
+            guard = None if self.allow_private_urls else UrlGuard(self.check_address, timeout_s=self.open_timeout_s)
             if guard is not None:
                 try:
                     guard.check(spec)  # a private or unresolvable host is refused before a slot is taken
@@ -117,6 +132,7 @@ class SourcePolicy:
     def _url(self, url: str, fps: float, guard: UrlGuard | None) -> FrameSource:
         try:
             return LiveSource(url, fps, size=self.frame_px, options={"protocol_whitelist": NETWORK_PROTOCOLS},
-                              max_outage_s=self.max_outage_s, max_frame_pixels=self.max_frame_pixels, guard=guard)
+                              max_outage_s=self.max_outage_s, max_frame_pixels=self.max_frame_pixels, guard=guard,
+                              open_timeout_s=self.open_timeout_s)
         except (AddressRefused, FrameTooLarge, ValueError) as e:
             raise SourceRefused(str(e)) from None

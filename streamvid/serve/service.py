@@ -8,8 +8,11 @@
         ...   # None first (subscribed) and on every idle tick, then every output of the stream as JSON
 
 Every method raises `errors.ServeError` (with its HTTP status) for what a client did wrong. A generator checks the
-stream before its first item, so a caller can answer 404 before it starts a streamed response. Blocking work (opening
-a source, decoding an image, stopping a stream) runs on worker threads; the event loop only queues.
+stream before its first item, so a caller can answer 404 before it starts a streamed response. Blocking work runs on
+worker threads; the event loop only queues. Opening a URL source (its host lookup here, then its connect and probe
+after `open` has answered with state "opening") runs on the hub's open pool (`Hub.opener`); everything else
+(opening a clip, a file or "push", decoding an image, a status read, stopping a stream) on asyncio's default
+executor, so no request waits behind another stream's network.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from streamvid.serve.errors import Timeout, Unavailable
 from streamvid.serve.hub import Hub
 from streamvid.serve.subscriber import CLOSED
 
+OPEN_GRACE_S = 1.0  # past the open deadline, before a create whose host lookup has not returned gives up
+
 
 class HubService:
     def __init__(self, hub: Hub):
@@ -30,7 +35,30 @@ class HubService:
 
     async def open(self, source: object, fps: float | None = None, session_dir: str | None = None,
                    resume: bool = False) -> dict:
-        return await asyncio.to_thread(self.hub.open, source, fps, session_dir, resume)
+        """The new stream's info: "live" for a clip, a file or "push"; "opening" for a URL (see Hub.open).
+        Unavailable (503) when too many sources are opening; Timeout (504) when a URL's host does not resolve within
+        options.source_open_timeout_s."""
+        if not self.hub.policy.is_url(source):
+            return await asyncio.to_thread(self.hub.open, source, fps, session_dir, resume)
+        loop = asyncio.get_running_loop()
+        listed = loop.create_future()
+
+        def tell(info: dict) -> None:  # on the open pool's thread, as soon as the stream is listed
+            loop.call_soon_threadsafe(lambda: listed.done() or listed.set_result(info))
+
+        # the host lookup, then the connect and probe, on one of the hub's open threads (Unavailable: none free)
+        job = asyncio.wrap_future(self.hub.opener.submit(self.hub.open, source, fps, session_dir, resume, tell))
+        job.add_done_callback(lambda f: f.cancelled() or f.exception())  # read even when nobody waits any more
+        timeout = self.options.source_open_timeout_s
+        # (Hub.open gives up itself past the deadline; this only bounds a host lookup that never returns)
+        done, _ = await asyncio.wait({listed, job}, timeout=timeout + OPEN_GRACE_S,
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if listed in done:
+            return listed.result()
+        if job in done:
+            return job.result()  # the refusal (a bad source, a full engine, ...)
+        raise Timeout(f"the source did not open within {timeout:g} s (--source-open-timeout-s): its host name did "
+                      f"not resolve in time")
 
     async def list(self) -> list[dict]:
         return self.hub.list()

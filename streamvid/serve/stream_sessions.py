@@ -18,7 +18,8 @@ dies, so the folder of a dead replica's stream can be claimed at once). The ids 
 whose replica died can say that it can be resumed without asking anyone.
 
 Thread contract: `SessionFolders` is immutable. A `StreamSession` belongs to one stream: its autosave thread and
-the hub's threads may call `info` at any time; `save_final` and `release` once, from the thread closing the stream.
+the hub's threads may call `info` at any time; `save_final` once, from the thread closing the stream; `release` from
+any thread (the first call releases; a stream whose source failed to open releases its folder at once).
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ class StreamSession:
         self.folder = folder
         self.resume = resume
         self.save_every_s = save_every_s
-        self._lock = lock
+        self._lock: session_store.SessionLock | None = lock
         self._autosaver: session_store.Autosaver | None = None
         self._mutex = threading.Lock()
         self.saves = 0
@@ -146,7 +147,11 @@ class StreamSession:
             log.warning("saving the session of a closing stream into %s failed: %s", self.folder, e)
 
     def release(self) -> None:
-        self._lock.release()
+        """Give the folder's lock back; once (later calls, from any thread, do nothing)."""
+        with self._mutex:
+            lock, self._lock = self._lock, None
+        if lock is not None:
+            lock.release()
 
     def info(self) -> dict:
         with self._mutex:
