@@ -2,7 +2,9 @@
 one engine, or over R engines on Ray Serve.
 
     streamvid serve [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--model M] [--allow-dir DIR]...
-                    [--alert-webhook URL]... [--stream-idle-timeout-s 600] [--session-save-s 60] [--ui]
+                    [--alert-webhook URL]... [--stream-idle-timeout-s 600] [--session-save-s 60]
+                    [--source-open-timeout-s 10] [--allowed-host NAME]... [--cors-origin ORIGIN]...
+                    [--max-json-mb 1] [--read-timeout-s 30] [--max-connections 256] [--ui]
                     [--ray [ADDRESS] --replicas R [--max-replicas N --streams-per-replica S]] [engine flags]
 
 Registered by streamvid/cli.py's build_parser (`register`). Routes: docs/api.md.
@@ -32,6 +34,21 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="refuse images and videos whose frames have more pixels (default: 4096x4096)")
     s.add_argument("--max-outage-s", type=float, default=300.0,
                    help="give up on a URL that sends no frames for this long")
+    s.add_argument("--source-open-timeout-s", type=float, default=10.0, metavar="SECONDS",
+                   help="a URL source that has not connected and been probed this long after its stream was "
+                        "created fails (its stream's state: failed, with the reason)")
+    s.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   help="also answer requests whose Host header names NAME (repeatable; default: the bound address, "
+                        "and the loopback names on a loopback bind)")
+    s.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
+                   help="let browser pages from ORIGIN (scheme://host[:port]) call the API (repeatable; default: "
+                        "the server's own origin only)")
+    s.add_argument("--max-json-mb", type=float, default=1.0, metavar="MB",
+                   help="refuse request bodies other than frame images above this size (413), before reading them")
+    s.add_argument("--read-timeout-s", type=float, default=30.0, metavar="SECONDS",
+                   help="drop a connection whose request head, or any part of whose body, takes longer than this")
+    s.add_argument("--max-connections", type=int, default=256, metavar="N",
+                   help="open connections and requests at once; beyond them the server answers 503")
     s.add_argument("--answer-timeout-s", type=float, default=120.0,
                    help="a chat completion waits this long for its answer (then 504)")
     s.add_argument("--alert-webhook", action="append", default=[], metavar="URL",
@@ -68,14 +85,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise ValueError(f"--port must be in 1..65535, got {args.port}")
     policy = _scale_policy(args)
     offline_if_local(args.model, embedder_checkpoint(args))
-    cfg = engine_config(args)
+    cfg = server_memory(engine_config(args))
     check_model(cfg.model)
+    if not 0 < args.max_json_mb < float("inf") or args.max_connections < 1:
+        raise ValueError("--max-json-mb must be > 0 and --max-connections at least 1")
     options = ServeOptions(api_key=api_key, model_id=model_id(cfg.model), allow_dirs=tuple(args.allow_dir),
                            allow_private_urls=args.allow_private_urls, max_frame_pixels=args.max_frame_pixels,
                            max_outage_s=args.max_outage_s, answer_timeout_s=args.answer_timeout_s,
+                           source_open_timeout_s=_positive(args.source_open_timeout_s, "--source-open-timeout-s"),
                            max_new_tokens=cfg.generation.max_new_tokens, webhook_urls=tuple(args.alert_webhook),
                            stream_idle_timeout_s=_seconds(args.stream_idle_timeout_s, "--stream-idle-timeout-s"),
-                           session_save_s=_seconds(args.session_save_s, "--session-save-s"))
+                           session_save_s=_seconds(args.session_save_s, "--session-save-s"),
+                           host=args.host, allowed_hosts=tuple(args.allowed_host), cors_origins=tuple(args.cors_origin),
+                           max_json_mb=args.max_json_mb,
+                           read_timeout_s=_positive(args.read_timeout_s, "--read-timeout-s"))
     from streamvid.serve.policy import SourcePolicy
     from streamvid.serve.webhooks import WebhookSender
 
@@ -91,10 +114,25 @@ def cmd_serve(args: argparse.Namespace) -> int:
         app = build_app(engine, options, ui=args.ui)
         print(f"streamvid serve: http://{args.host}:{args.port} (model {options.model_id}; docs at /docs)",
               file=sys.stderr, flush=True)
-        serve(app, args.host, args.port, options.max_body_mb)
+        serve(app, args.host, args.port, options.max_body_mb, options.read_timeout_s, args.max_connections)
     finally:
         engine.close()
     return 0
+
+
+def server_memory(cfg):
+    """A server's engine with a cap on the host RAM its streams' long-term memories may hold together: the
+    --engine-memory-mb given, else half this machine's RAM; each stream's --memory-ram-mb, when left at its default,
+    is then its share of the cap at --max-streams (beyond it a stream's blocks spill to disk)."""
+    from streamvid.config import DEFAULTS
+
+    if cfg.scheduler.memory_mb is not None:
+        return cfg
+    cap = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 / 2
+    settings = {"engine_memory_mb": round(cap, 1)}
+    if cfg.memory.ram_mb == DEFAULTS.memory.ram_mb:
+        settings["memory_ram_mb"] = round(min(cfg.memory.ram_mb, cap / cfg.scheduler.max_streams), 1)
+    return cfg.replace(**settings)
 
 
 def _seconds(value: float, flag: str) -> float | None:
@@ -102,6 +140,13 @@ def _seconds(value: float, flag: str) -> float | None:
     if not value >= 0:
         raise ValueError(f"{flag} must be a number of seconds >= 0 (0: off), got {value}")
     return value or None
+
+
+def _positive(value: float, flag: str) -> float:
+    """A period in seconds that must be > 0 (and finite)."""
+    if not 0 < value < float("inf"):
+        raise ValueError(f"{flag} must be a number of seconds > 0, got {value}")
+    return value
 
 
 def _scale_policy(args: argparse.Namespace):

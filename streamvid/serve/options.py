@@ -20,6 +20,8 @@ class ServeOptions:
     allow_private_urls: bool = False
     max_frame_pixels: int = 4096 * 4096
     max_outage_s: float | None = 300.0
+    source_open_timeout_s: float = 10.0  # a URL source that has not opened (connected, probed) by then has failed
+    max_opening_sources: int = 16  # URL sources opening at once (their own threads); one more is refused (503)
     max_body_mb: float = 32.0  # largest image body accepted
     max_fps: float = 30.0
     max_new_tokens: int | None = None  # the engine's: an answer that long finishes with "length"
@@ -31,6 +33,12 @@ class ServeOptions:
     heartbeat_s: float = 15.0  # SSE comment / idle tick while no output comes
     stream_idle_timeout_s: float | None = 600.0  # a stream without frames, questions or reads this long is closed
     session_save_s: float | None = 60.0  # a stream with a session_dir is saved this often (and when it closes)
+    # the front door (front_door.py): the bound address, more Host names and browser origins to accept, JSON bodies
+    host: str = "127.0.0.1"
+    allowed_hosts: tuple[str, ...] = ()
+    cors_origins: tuple[str, ...] = ()
+    max_json_mb: float = 1.0  # largest request body other than an image
+    read_timeout_s: float = 30.0  # a request body's parts must each arrive within this long
 
 
 def model_id(model: str) -> str:

@@ -46,6 +46,7 @@ from ray.serve.exceptions import RayServeException
 from streamvid.serve.errors import NotFound, ServeError, Unavailable, wire_error
 from streamvid.serve.hub import Hub, ServeOptions
 from streamvid.serve.ray_engines import EngineSet
+from streamvid.serve.front_door import Door
 from streamvid.serve.routes import create_app
 from streamvid.serve.scaling import ScalePolicy
 from streamvid.serve.service import HubService
@@ -212,13 +213,24 @@ class RayBackend:
 _backend: RayBackend | None = None  # the ingress replica's (set by its constructor, read by the routes)
 
 
+_door: Door | None = None  # its front door, made from the backend's options on the first request
+
+
 def current_backend() -> RayBackend:
     return _backend
 
 
+def current_door() -> Door:
+    global _door
+    if _door is None:
+        _door = Door.of(_backend.options)
+    return _door
+
+
 def ingress_app():
-    """The FastAPI app of routes.py over this ingress replica's RayBackend (built on the replica by Ray Serve)."""
-    return create_app(current_backend)
+    """The FastAPI app of routes.py over this ingress replica's RayBackend (built on the replica by Ray Serve),
+    behind the same front door as one process (front_door.py)."""
+    return create_app(current_backend, door=current_door)
 
 
 @serve.deployment(max_ongoing_requests=10_000, ray_actor_options={"num_cpus": 0})

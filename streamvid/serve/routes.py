@@ -20,30 +20,52 @@ replica died, or the stream failed), 504 (no answer in time). JSON never holds N
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import AbstractAsyncContextManager
 from collections.abc import Callable
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import streamvid.serve.openai_api as openai_api
 import streamvid.serve.realtime as realtime
 from streamvid.serve.errors import BadRequest, ServeError, TooLarge, wire_error
+from streamvid.serve.front_door import Door, FrontDoor
 from streamvid.serve.images import media_type
 from streamvid.serve.web import GetBackend, StrictJSONResponse, check_key, error_response, event_name, sse
+
+
+def usable_text(value: str | None, what: str) -> str | None:
+    """A source or folder name the file system and the network can take: no NUL, no lone surrogate, at most 4,096
+    characters and no path part over 255 bytes (BadRequest naming it: a one-line 400)."""
+    if value is None:
+        return value
+    if "\x00" in value:
+        raise BadRequest(f"{what} holds a NUL character")
+    if any("\ud800" <= c <= "\udfff" for c in value):
+        raise BadRequest(f"{what} holds a lone UTF-16 surrogate")
+    if len(value) > 4096:
+        raise BadRequest(f"{what} is {len(value)} characters long, at most 4096")
+    if any(len(part.encode("utf-8")) > 255 for part in value.replace("\\", "/").split("/")):
+        raise BadRequest(f"{what} has a part longer than 255 bytes")
+    return value
 
 
 class StreamCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     source: str | None = Field(None, description='"push", a demo clip name (shapes_7), a URL, or a file under an '
                                                  '--allow-dir (required, except with "resume": then "push")')
-    fps: float | None = Field(None, description="frames sampled per second (default: the server's --fps)")
+    fps: StrictFloat | StrictInt | None = Field(None, description="frames sampled per second (default: the server's "
+                                                                   "--fps; at least 0.01)")
     session_dir: str | None = Field(None, description="a folder inside an --allow-dir where the stream is saved "
                                                       "(periodically and when it closes)")
-    resume: bool = Field(False, description="continue the session saved in session_dir (memory, dialogue, clock)")
+    resume: StrictBool = Field(False, description="continue the session saved in session_dir (memory, dialogue, "
+                                                  "clock)")
+
 
 
 class WatchCreate(BaseModel):
@@ -53,12 +75,20 @@ class WatchCreate(BaseModel):
     reset: float | None = Field(None, description="p(yes) below which it re-arms")
 
 
-def create_app(get_backend: GetBackend,
-               lifespan: Callable[[FastAPI], AbstractAsyncContextManager] | None = None) -> FastAPI:
+def create_app(get_backend: GetBackend, lifespan: Callable[[FastAPI], AbstractAsyncContextManager] | None = None,
+               door: Door | Callable[[], Door] | None = None) -> FastAPI:
+    """The app; `door`: what passes its front door (front_door.py: Host, Origin, the API key before any body,
+    body sizes and read times), with CORS answers for its allowed other origins (a Door given whole); or a function
+    that gives the Door once the options are known (under Ray Serve, without CORS answers)."""
     app = FastAPI(title="streamvid serve", lifespan=lifespan, default_response_class=StrictJSONResponse,
                   description="Streaming video-LLM streams over HTTP: OpenAI-compatible chat about live video, "
                               "server-sent events, a realtime WebSocket. See docs/api.md.")
     _add_error_handlers(app)
+    if door is not None:
+        if isinstance(door, Door) and door.origins:
+            app.add_middleware(CORSMiddleware, allow_origins=list(door.origins), allow_methods=["*"],
+                               allow_headers=["Authorization", "Content-Type"])
+        app.add_middleware(FrontDoor, door=door)  # added last: the outermost, before CORS and every route
 
     async def authorized(request: Request) -> None:
         check_key(request.headers.get("authorization"), get_backend().options)
@@ -70,8 +100,8 @@ def create_app(get_backend: GetBackend,
         if body.source is None and not body.resume:
             raise ServeError('source: Field required ("push", a demo clip name, a URL or an allowed file)', 422,
                              "invalid_request_error")
-        source = "push" if body.source is None else body.source
-        return await get_backend().open(source, body.fps, body.session_dir, body.resume)
+        source = "push" if body.source is None else usable_text(body.source, "source")
+        return await get_backend().open(source, body.fps, usable_text(body.session_dir, "session_dir"), body.resume)
 
     @app.get("/v1/streams", dependencies=auth)
     async def list_streams() -> dict:
@@ -101,7 +131,15 @@ def create_app(get_backend: GetBackend,
             raise TooLarge(f"the image body is {int(declared) / 2**20:.1f} MB, above the "
                            f"{backend.options.max_body_mb:g} MB limit")
         data = bytearray()
-        async for chunk in request.stream():
+        parts = request.stream()
+        while True:  # each part of the body within the read timeout, as the front door reads JSON bodies
+            try:
+                chunk = await asyncio.wait_for(anext(parts), backend.options.read_timeout_s)
+            except StopAsyncIteration:
+                break
+            except TimeoutError:
+                raise ServeError(f"the image body did not arrive within {backend.options.read_timeout_s:g} s", 408,
+                                 "invalid_request_error") from None
             data += chunk
             if len(data) > limit:
                 raise TooLarge(f"the image body is above the {backend.options.max_body_mb:g} MB limit")

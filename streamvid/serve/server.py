@@ -19,6 +19,7 @@ from importlib.metadata import entry_points
 from fastapi import FastAPI
 
 from streamvid.net_policy import is_loopback
+from streamvid.serve.front_door import Door
 from streamvid.serve.hub import Hub, ServeOptions, model_id
 from streamvid.serve.routes import create_app
 from streamvid.serve.service import HubService
@@ -45,7 +46,7 @@ def build_app(engine, options: ServeOptions | None = None, ui: bool = False) -> 
             for close in closers:
                 close()
 
-    app = create_app(lambda: service, lifespan=lifespan)
+    app = create_app(lambda: service, lifespan=lifespan, door=Door.of(options))
     app.state.hub = hub
     if ui:
         closers.append(mount_ui(app, engine, options))
@@ -67,16 +68,70 @@ def mount_ui(app: FastAPI, engine, options: ServeOptions):
     return getattr(blocks, "streamvid_close", lambda: None)
 
 
+MIN_KEY_CHARS = 16  # an API key that guards a public address: long enough that guessing it is hopeless
+
+
 def check_bind(host: str, api_key: str | None) -> None:
-    if not api_key and not is_loopback(host):
+    if is_loopback(host):
+        return
+    if not api_key:
         raise ValueError(f"refusing to listen on {host} without --api-key (or STREAMVID_API_KEY): anyone who can "
                          f"reach that address could use the engine; use --host 127.0.0.1 for local use")
+    if len(api_key) < MIN_KEY_CHARS:
+        raise ValueError(f"refusing to listen on {host} with an API key of {len(api_key)} characters: use at least "
+                         f"{MIN_KEY_CHARS} (e.g. python -c 'import secrets; print(secrets.token_urlsafe(24))')")
 
 
-def serve(app: FastAPI, host: str, port: int, max_body_mb: float = 32.0) -> None:
-    """uvicorn until Ctrl-C or SIGTERM (open event streams are given 3 s, then closed). A realtime message may carry
-    a base64 image up to `max_body_mb`."""
+def serve(app: FastAPI, host: str, port: int, max_body_mb: float = 32.0, read_timeout_s: float = 30.0,
+          max_connections: int = 256) -> None:
+    """uvicorn until Ctrl-C or SIGTERM (open event streams are given 3 s, then closed): see `uvicorn_config`."""
     import uvicorn
 
-    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=3,
-                ws_max_size=int(4 / 3 * max_body_mb * 2**20) + 2**20)
+    uvicorn.Server(uvicorn_config(app, host, port, max_body_mb, read_timeout_s, max_connections)).run()
+
+
+def uvicorn_config(app: FastAPI, host: str, port: int, max_body_mb: float = 32.0, read_timeout_s: float = 30.0,
+                   max_connections: int = 256):
+    """How `serve` runs uvicorn: a realtime message may carry a base64 image up to `max_body_mb`; a connection must
+    send each request's head within `read_timeout_s` (the front door bounds body reads the same way); past
+    `max_connections` open connections and tasks, uvicorn answers 503."""
+    import uvicorn
+
+    return uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=3,
+                          ws_max_size=int(4 / 3 * max_body_mb * 2**20) + 2**20, limit_concurrency=max_connections,
+                          http=head_deadline_protocol(read_timeout_s))
+
+
+def head_deadline_protocol(timeout_s: float) -> type:
+    """uvicorn's h11 protocol with a deadline on request heads: a connection that has not sent a whole request head
+    within `timeout_s` of opening, or of its last response, is closed (uvicorn itself only times idle keep-alive
+    connections out, so a client dripping its head would hold a connection for ever)."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeadDeadline(H11Protocol):
+        head_timer = None
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self.arm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self.arm()
+
+        def connection_lost(self, exc) -> None:
+            if self.head_timer is not None:
+                self.head_timer.cancel()
+            super().connection_lost(exc)
+
+        def arm(self) -> None:
+            if self.head_timer is not None:
+                self.head_timer.cancel()
+            self.head_timer = self.loop.call_later(timeout_s, self.head_too_slow)
+
+        def head_too_slow(self) -> None:
+            if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+                self.transport.close()
+
+    return HeadDeadline
