@@ -73,6 +73,7 @@ def start_server(args, ray: bool) -> tuple[subprocess.Popen, str, float, object]
            "--frame-px", "112", "--max-streams", str(max(8, args.cameras)), "--device", "cpu"]
     if ray:
         cmd += ["--ray", "--replicas", str(args.replicas)]
+    cmd += getattr(args, "extra_serve_args", [])
     log = tempfile.TemporaryFile(mode="w+")
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -111,6 +112,7 @@ class Camera:
         self.answer_ms: list[float] = []
         self.errors: list[str] = []
         self.asked = 0
+        self.answers: dict[int, str] = {}  # by the frame index the question was asked after
         self.final: dict = {}
 
     def run(self, start_at: float) -> None:
@@ -135,7 +137,7 @@ class Camera:
                     self.pushed += 1
                     if i and i % every == 0:
                         question = QUESTIONS[(i // every + self.index) % len(QUESTIONS)]
-                        t = threading.Thread(target=self.ask, args=(question,), daemon=True)
+                        t = threading.Thread(target=self.ask, args=(question, i), daemon=True)
                         t.start()
                         askers.append(t)
                 for t in askers:
@@ -150,8 +152,9 @@ class Camera:
         except Exception as e:  # noqa: BLE001 - counted in the summary
             self.errors.append(f"{type(e).__name__}: {e}")
 
-    def ask(self, question: str) -> None:
+    def ask(self, question: str, at: int = 0) -> None:
         self.asked += 1
+        text = []
         body = {"model": self.model, "stream_id": self.sid, "stream": True,
                 "messages": [{"role": "user", "content": question}]}
         t0 = time.perf_counter()
@@ -168,26 +171,36 @@ class Camera:
                     if "error" in chunk:
                         self.errors.append(f"question: {chunk['error']['message']}")
                         return
-                    if first is None and chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
-                        first = time.perf_counter()
+                    content = chunk["choices"][0]["delta"].get("content") if chunk["choices"] else None
+                    if content:
+                        text.append(content)
+                        if first is None:
+                            first = time.perf_counter()
             done = time.perf_counter()
+            self.answers[at] = "".join(text)
             self.ttft_ms.append(1000 * ((first or done) - t0))
             self.answer_ms.append(1000 * (done - t0))
         except httpx.HTTPError as e:
             self.errors.append(f"question: {type(e).__name__}: {e}")
 
 
+def run_cameras(url: str, model: str, pngs: list[list[bytes]], args) -> list[Camera]:
+    """`args.cameras` cameras, each on a thread, starting together in a second; returned when all are done."""
+    cameras = [Camera(url, model, pngs[i % len(pngs)], args, i) for i in range(args.cameras)]
+    start_at = time.monotonic() + 1.0
+    threads = [threading.Thread(target=cam.run, args=(start_at,), daemon=True) for cam in cameras]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=args.seconds + 300)
+    return cameras
+
+
 def run_mode(args, ray: bool, pngs: list[list[bytes]]) -> dict:
     proc, url, startup_s, log = start_server(args, ray)
     try:
         model = httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"]
-        cameras = [Camera(url, model, pngs[i % len(pngs)], args, i) for i in range(args.cameras)]
-        start_at = time.monotonic() + 1.0
-        threads = [threading.Thread(target=cam.run, args=(start_at,), daemon=True) for cam in cameras]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=args.seconds + 300)
+        cameras = run_cameras(url, model, pngs, args)
     finally:
         stop_server(proc)
         log.close()

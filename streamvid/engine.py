@@ -255,20 +255,22 @@ class Engine:
         prefilling = [s for s in running if prefill_left(s.decoding.decoding)]
         decoding = [s for s in running if s not in prefilling]
         budget -= len(decoding)
-        pieces = shares([prefill_left(s.decoding.decoding) for s in prefilling], budget)
-        fed = []
-        for s, n in zip(prefilling, pieces):
+        needs = [prefill_left(s.decoding.decoding) for s in prefilling]
+        pieces = shares(needs, budget)
+        last, more = [], []  # the pieces that end their prompt (a first token comes of them), and the others
+        for s, need, n in zip(prefilling, needs, pieces):
             if n:
                 s.decoding.decoding.prefill_limit = n
-                fed.append(s)
+                (last if n == need else more).append(s)
         budget -= sum(pieces)
-        # decode steps and prompt pieces in forwards of their own: a long piece does not pad every decode row
-        for kind, rows in (("decode", decoding), ("prefill", fed)):
+        # decode steps, prompts' last pieces and other pieces in forwards of their own, in that order, each group's
+        # tokens out as soon as its forward is done: a long piece neither pads a short one nor delays its first token
+        for kind, rows in (("decode", decoding), ("prefill", last), ("prefill", more)):
             for group in _groups(rows, self.max_batch):
                 self._batched(group, kind, lambda g: self.adapter.decode([s.decoding.decoding for s in g]))
-        for s in decoding + fed:
-            if not s.closed:
-                self._guard(s, self._advance, s)
+                for s in group:
+                    if not s.closed:
+                        self._guard(s, self._advance, s)
         return True, budget
 
     def _begin(self, s: Stream, q: Question, snapshot) -> None:

@@ -266,5 +266,8 @@ def test_a_server_engine_caps_long_term_memory_by_the_hosts_ram():
     cfg = server_memory(EngineConfig())
     assert cfg.scheduler.memory_mb == pytest.approx(half, abs=0.1)
     assert cfg.memory.ram_mb == pytest.approx(min(8192, half / 64), abs=0.1)
+    assert 64 * cfg.memory.ram_mb <= cfg.scheduler.memory_mb  # max_streams streams fit the cap
+    eight = server_memory(EngineConfig.from_settings(max_streams=8))
+    assert 8 * eight.memory.ram_mb <= eight.scheduler.memory_mb
     mine = EngineConfig.from_settings(engine_memory_mb=1000.0, memory_ram_mb=100.0)
     assert server_memory(mine) == mine  # what the user set stands

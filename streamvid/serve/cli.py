@@ -13,6 +13,7 @@ Registered by streamvid/cli.py's build_parser (`register`). Routes: docs/api.md.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import time
@@ -131,7 +132,8 @@ def server_memory(cfg):
     cap = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 / 2
     settings = {"engine_memory_mb": round(cap, 1)}
     if cfg.memory.ram_mb == DEFAULTS.memory.ram_mb:
-        settings["memory_ram_mb"] = round(min(cfg.memory.ram_mb, cap / cfg.scheduler.max_streams), 1)
+        share = math.floor(cap / cfg.scheduler.max_streams * 10) / 10  # rounded down: max_streams fit the cap
+        settings["memory_ram_mb"] = min(cfg.memory.ram_mb, share)
     return cfg.replace(**settings)
 
 
