@@ -155,7 +155,16 @@ def open_hanging(url: str, hole: BlackHole, n: int) -> tuple[list[str], list[thr
         try:
             with httpx.Client(base_url=url, timeout=120.0) as c:
                 r = c.post("/v1/streams", json={"source": f"http://{HOST}:{hole.port}/cam{i}.mp4", "fps": 2.0})
-                out[i] = f"{r.status_code} {r.text[:120]}"
+                if r.status_code != 201:
+                    out[i] = f"{r.status_code} {r.text[:120]}"
+                    return
+                sid, t0 = r.json()["id"], time.monotonic()
+                state = r.json().get("state")
+                while state == "opening" and time.monotonic() - t0 < 120:  # until it fails (bounded)
+                    time.sleep(0.5)
+                    st = c.get(f"/v1/streams/{sid}").json()
+                    state = f"{st.get('state')}: {st.get('error')}"
+                out[i] = f"201 {r.json().get('state')}, then after {time.monotonic() - t0:.1f} s {state}"
         except httpx.HTTPError as e:
             out[i] = type(e).__name__
 

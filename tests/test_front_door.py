@@ -35,7 +35,7 @@ def engine(tiny_model_dir, adapter):
 
 @pytest.fixture(scope="module")
 def keyed(engine):
-    options = ServeOptions(api_key=KEY, model_id="tiny", max_new_tokens=4, max_json_mb=0.01, read_timeout_s=1.0,
+    options = ServeOptions(api_key=KEY, model_id="tiny", max_new_tokens=4, max_json_mb=0.01, request_timeout_s=1.0,
                            allowed_hosts=("cams.example",), cors_origins=("https://dash.example",))
     with running(build_app(engine, options)) as url:
         yield url
@@ -48,10 +48,10 @@ def open_server(engine):
         yield url
 
 
-def raw(url: str, request: bytes, read_timeout_s: float = 30.0) -> tuple[int, dict, bytes]:
+def raw(url: str, request: bytes, request_timeout_s: float = 30.0) -> tuple[int, dict, bytes]:
     """`request` sent as it is on a socket of its own; the status, headers and body of the answer."""
     host, port = url.removeprefix("http://").split(":")
-    with socket.create_connection((host, int(port)), timeout=read_timeout_s) as s:
+    with socket.create_connection((host, int(port)), timeout=request_timeout_s) as s:
         s.sendall(request)
         data = b""
         while chunk := s.recv(65536):
@@ -233,7 +233,7 @@ def test_a_connection_that_drips_its_request_head_is_closed(engine):
 
     port = free_port()
     server = uvicorn.Server(uvicorn_config(build_app(engine, ServeOptions(model_id="tiny")), "127.0.0.1", port,
-                                           read_timeout_s=1.0))
+                                           request_timeout_s=1.0))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     try:

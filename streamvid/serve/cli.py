@@ -4,7 +4,7 @@ one engine, or over R engines on Ray Serve.
     streamvid serve [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--model M] [--allow-dir DIR]...
                     [--alert-webhook URL]... [--stream-idle-timeout-s 600] [--session-save-s 60]
                     [--source-open-timeout-s 10] [--allowed-host NAME]... [--cors-origin ORIGIN]...
-                    [--max-json-mb 1] [--read-timeout-s 30] [--max-connections 256] [--ui]
+                    [--max-json-mb 1] [--request-timeout-s 30] [--max-connections 256] [--ui]
                     [--ray [ADDRESS] --replicas R [--max-replicas N --streams-per-replica S]] [engine flags]
 
 Registered by streamvid/cli.py's build_parser (`register`). Routes: docs/api.md.
@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "the server's own origin only)")
     s.add_argument("--max-json-mb", type=float, default=1.0, metavar="MB",
                    help="refuse request bodies other than frame images above this size (413), before reading them")
-    s.add_argument("--read-timeout-s", type=float, default=30.0, metavar="SECONDS",
+    s.add_argument("--request-timeout-s", type=float, default=30.0, metavar="SECONDS",
                    help="drop a connection whose request head, or any part of whose body, takes longer than this")
     s.add_argument("--max-connections", type=int, default=256, metavar="N",
                    help="open connections and requests at once; beyond them the server answers 503")
@@ -99,7 +99,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                            session_save_s=_seconds(args.session_save_s, "--session-save-s"),
                            host=args.host, allowed_hosts=tuple(args.allowed_host), cors_origins=tuple(args.cors_origin),
                            max_json_mb=args.max_json_mb,
-                           read_timeout_s=_positive(args.read_timeout_s, "--read-timeout-s"))
+                           request_timeout_s=_positive(args.request_timeout_s, "--request-timeout-s"))
     from streamvid.serve.policy import SourcePolicy
     from streamvid.serve.webhooks import WebhookSender
 
@@ -115,7 +115,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         app = build_app(engine, options, ui=args.ui)
         print(f"streamvid serve: http://{args.host}:{args.port} (model {options.model_id}; docs at /docs)",
               file=sys.stderr, flush=True)
-        serve(app, args.host, args.port, options.max_body_mb, options.read_timeout_s, args.max_connections)
+        serve(app, args.host, args.port, options.max_body_mb, options.request_timeout_s, args.max_connections)
     finally:
         engine.close()
     return 0

@@ -12,7 +12,7 @@ In order, for HTTP requests and WebSocket upgrades alike:
    is answered 429 with `Retry-After` until its failures age out (`Throttle`); so is one whose logins to the page
    (`serve --ui`) keep failing;
 4. bodies: every `/v1` body but the image of a frame is read here, at most `--max-json-mb` (413 past it, from its
-   Content-Length before reading when it says), each read within `read_timeout_s` (408), then handed on.
+   Content-Length before reading when it says), each read within `request_timeout_s` (408), then handed on.
 Refusals are the API's one-line JSON errors (`{"error": {"message", "type", "code"}}`); a refused upgrade is closed
 before it is accepted (HTTP 403).
 """
@@ -89,7 +89,7 @@ class Door:
     hosts: tuple[str, ...] = ()
     origins: tuple[str, ...] = ()
     max_body_mb: float = 1.0
-    read_timeout_s: float = 30.0
+    request_timeout_s: float = 30.0
     unlimited_bodies: tuple[str, ...] = ("/frames",)  # /v1 paths ending so stream their own (image) bodies
     throttle: Throttle = field(default_factory=Throttle, compare=False)
 
@@ -98,7 +98,7 @@ class Door:
         """The door a server's `ServeOptions` ask for."""
         return cls(bind=options.host, api_key=options.api_key, hosts=options.allowed_hosts,
                    origins=options.cors_origins, max_body_mb=options.max_json_mb,
-                   read_timeout_s=options.read_timeout_s)
+                   request_timeout_s=options.request_timeout_s)
 
     def host_allowed(self, host: str | None) -> bool:
         """Without a Host header (HTTP/1.0) nothing is claimed; a loopback bind takes the loopback names, any other
@@ -204,7 +204,7 @@ class FrontDoor:
 
 
 async def read_body(receive, headers: dict, door: Door) -> bytes:
-    """The whole request body, at most `door.max_body_mb` (TooLarge: 413), each part within `read_timeout_s`."""
+    """The whole request body, at most `door.max_body_mb` (TooLarge: 413), each part within `request_timeout_s`."""
     limit = int(door.max_body_mb * 2**20)
     declared = headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
@@ -212,9 +212,9 @@ async def read_body(receive, headers: dict, door: Door) -> bytes:
     body = bytearray()
     while True:
         try:
-            message = await asyncio.wait_for(receive(), door.read_timeout_s)
+            message = await asyncio.wait_for(receive(), door.request_timeout_s)
         except TimeoutError:
-            raise ServeError(f"the request body did not arrive within {door.read_timeout_s:g} s", 408,
+            raise ServeError(f"the request body did not arrive within {door.request_timeout_s:g} s", 408,
                              "invalid_request_error") from None
         if message["type"] == "http.disconnect":
             raise ServeError("the client went away while sending the body", 400, "invalid_request_error")

@@ -38,7 +38,7 @@ class ServeOptions:
     allowed_hosts: tuple[str, ...] = ()
     cors_origins: tuple[str, ...] = ()
     max_json_mb: float = 1.0  # largest request body other than an image
-    read_timeout_s: float = 30.0  # a request body's parts must each arrive within this long
+    request_timeout_s: float = 30.0  # a request body's parts must each arrive within this long
 
 
 def model_id(model: str) -> str:

@@ -134,11 +134,11 @@ def create_app(get_backend: GetBackend, lifespan: Callable[[FastAPI], AbstractAs
         parts = request.stream()
         while True:  # each part of the body within the read timeout, as the front door reads JSON bodies
             try:
-                chunk = await asyncio.wait_for(anext(parts), backend.options.read_timeout_s)
+                chunk = await asyncio.wait_for(anext(parts), backend.options.request_timeout_s)
             except StopAsyncIteration:
                 break
             except TimeoutError:
-                raise ServeError(f"the image body did not arrive within {backend.options.read_timeout_s:g} s", 408,
+                raise ServeError(f"the image body did not arrive within {backend.options.request_timeout_s:g} s", 408,
                                  "invalid_request_error") from None
             data += chunk
             if len(data) > limit:

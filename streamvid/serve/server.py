@@ -82,24 +82,24 @@ def check_bind(host: str, api_key: str | None) -> None:
                          f"{MIN_KEY_CHARS} (e.g. python -c 'import secrets; print(secrets.token_urlsafe(24))')")
 
 
-def serve(app: FastAPI, host: str, port: int, max_body_mb: float = 32.0, read_timeout_s: float = 30.0,
+def serve(app: FastAPI, host: str, port: int, max_body_mb: float = 32.0, request_timeout_s: float = 30.0,
           max_connections: int = 256) -> None:
     """uvicorn until Ctrl-C or SIGTERM (open event streams are given 3 s, then closed): see `uvicorn_config`."""
     import uvicorn
 
-    uvicorn.Server(uvicorn_config(app, host, port, max_body_mb, read_timeout_s, max_connections)).run()
+    uvicorn.Server(uvicorn_config(app, host, port, max_body_mb, request_timeout_s, max_connections)).run()
 
 
-def uvicorn_config(app: FastAPI, host: str, port: int, max_body_mb: float = 32.0, read_timeout_s: float = 30.0,
+def uvicorn_config(app: FastAPI, host: str, port: int, max_body_mb: float = 32.0, request_timeout_s: float = 30.0,
                    max_connections: int = 256):
     """How `serve` runs uvicorn: a realtime message may carry a base64 image up to `max_body_mb`; a connection must
-    send each request's head within `read_timeout_s` (the front door bounds body reads the same way); past
+    send each request's head within `request_timeout_s` (the front door bounds body reads the same way); past
     `max_connections` open connections and tasks, uvicorn answers 503."""
     import uvicorn
 
     return uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=3,
                           ws_max_size=int(4 / 3 * max_body_mb * 2**20) + 2**20, limit_concurrency=max_connections,
-                          http=head_deadline_protocol(read_timeout_s))
+                          http=head_deadline_protocol(request_timeout_s))
 
 
 def head_deadline_protocol(timeout_s: float) -> type:
