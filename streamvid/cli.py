@@ -287,7 +287,10 @@ def cmd_make_tiny(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     from streamvid.config import BUNDLED_MODEL
 
-    p = argparse.ArgumentParser(prog="streamvid", description="Online streaming video-LLM assistant.")
+    p = argparse.ArgumentParser(prog="streamvid", description="Online streaming video-LLM assistant.",
+                                epilog="Anywhere on the line: -v / --verbose shows what each module does (INFO lines; by "
+                                       "default only results, warnings, errors and run's budgets line), --debug adds "
+                                       "tracebacks to errors.")
     sub = p.add_subparsers(dest="command", required=True)
 
     r = sub.add_parser("run", help="watch a video file, URL or camera and answer questions (JSON lines)")
@@ -379,14 +382,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Errors a user can fix are one line on stderr (exit 2), anything else one line naming the error (exit 1);
-    `--debug` anywhere on the line (or STREAMVID_DEBUG=1) adds the traceback. Ctrl-C or SIGTERM: exit 130."""
+    `--debug` anywhere on the line (or STREAMVID_DEBUG=1) adds the traceback. Quiet by default: results, warnings,
+    errors and the budgets line; `-v` / `--verbose` anywhere on the line shows what the modules say they did
+    (INFO). Ctrl-C or SIGTERM: exit 130."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("STREAMVID_DEBUG") == "1"
-    argv = [a for a in argv if a != "--debug"]
+    verbose = bool({"-v", "--verbose"} & set(argv))
+    argv = [a for a in argv if a not in ("--debug", "-v", "--verbose")]
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    if not debug:  # the budgets line of `streamvid run`, and what a model folder's metadata changes
+    if verbose and not debug:  # what each module says it did: a model folder's settings, sources, servers
         logging.getLogger("streamvid").setLevel(logging.INFO)
+    elif not debug:  # quiet: results, warnings and errors, and the one line of `streamvid run`'s budgets
+        log.setLevel(logging.INFO)
     args = build_parser().parse_args(argv)
     main_thread = threading.current_thread() is threading.main_thread()
     # a service manager's stop (SIGTERM) ends a run as Ctrl-C does

@@ -38,6 +38,20 @@ def test_run_prints_an_answer_per_ask_and_stats(tiny_model_dir):
     assert stats["blocks_in_memory"] > 0 and stats["window_tokens"] <= 60
 
 
+def test_run_is_quiet_by_default_and_verbose_on_request():
+    """The bundled model with no flags: its folder's settings are applied without a word (INFO lines only with -v);
+    what stays on stderr is the budgets line."""
+    quiet = run("run", "shapes_7", "--ask", "20:What shape is blue?")
+    assert quiet.returncode == 0, quiet.stderr
+    assert any(json.loads(line)["type"] == "answer" for line in quiet.stdout.splitlines())
+    lines = quiet.stderr.splitlines()
+    assert len(lines) <= 2 and any("window 8 s" in line for line in lines), quiet.stderr
+    loud = run("run", "shapes_7", "--ask", "20:What shape is blue?", "-v")
+    answers = [[json.loads(line).get("text") for line in p.stdout.splitlines()] for p in (quiet, loud)]
+    assert loud.returncode == 0 and answers[0] == answers[1]
+    assert sum("training.json" in line for line in loud.stderr.splitlines()) >= 3, loud.stderr
+
+
 def test_errors_are_one_line_with_nonzero_exit(tiny_model_dir, tmp_path):
     p = run("run", str(tmp_path / "nope.mp4"), "--model", str(tiny_model_dir))
     assert p.returncode == 2 and p.stdout == ""
