@@ -16,6 +16,10 @@
 # with the checkpoint mounted (-v /path/on/host:/models:ro), or an HF id when the container has network.
 
 ARG CUDA_BASE=nvidia/cuda:12.8.1-base-ubuntu24.04
+# the CPU image's base, and where its CPU build of torch comes from (a machine without Docker Hub or the PyTorch index
+# passes a locally made base and PyPI: docs/operations.md, "Building the image without Docker")
+ARG CPU_BASE=python:3.11-slim
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
 
 # ---- GPU: CUDA base image; torch's wheel from PyPI brings its CUDA libraries --------------------------------
 FROM ${CUDA_BASE} AS gpu
@@ -32,12 +36,14 @@ EXPOSE 7860
 CMD ["streamvid", "demo", "--host", "0.0.0.0", "--port", "7860", "--device", "cuda"]
 
 # ---- CPU (default): the CPU build of the pinned torch/torchvision pair, then the package -------------------
-FROM python:3.11-slim AS cpu
+FROM ${CPU_BASE} AS cpu
+ARG TORCH_INDEX
 ENV PIP_NO_CACHE_DIR=1 PYTHONUNBUFFERED=1 GRADIO_ANALYTICS_ENABLED=False
 WORKDIR /app
 COPY constraints.txt /app/
-# the CPU wheels of the tested pair in constraints.txt (PyPI's default torch wheel carries CUDA libraries, ~5 GB)
-RUN pip install --index-url https://download.pytorch.org/whl/cpu -r constraints.txt
+# the CPU wheels of the tested torch / torchvision pair in constraints.txt (PyPI's default torch wheel carries CUDA
+# libraries, ~5 GB); every other pin comes from PyPI in the next step
+RUN pip install --index-url "${TORCH_INDEX}" $(grep -E '^torch(vision)?==' constraints.txt)
 COPY . /app
 RUN pip install -e . -c constraints.txt && useradd --create-home streamvid
 USER streamvid

@@ -1,6 +1,6 @@
-"""What a wheel carries: every package, the bundled model and demo clips as package data, the web app as
-`streamvid_app` (no top-level `app`); and the library never imports the app. `.ci/run` also installs the wheel
-into a fresh venv and runs `streamvid run` from `/`."""
+"""What a wheel carries: every package, the bundled model (models/) and demo clips (demo_videos/) as package data,
+the web app as `streamvid_app` (no top-level `app`); and the library never imports the app. `.ci/run` also installs
+the wheel into a fresh venv and runs `streamvid run` from `/`."""
 
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 def _package_folders() -> set[str]:
     """Import names of every folder holding Python modules: streamvid/... as is, app/ as streamvid_app."""
     names = set()
-    for top, name in (("streamvid", "streamvid"), ("app", "streamvid_app")):
+    for top, name in (("streamvid", "streamvid"), ("app", "streamvid_app"), ("models", "streamvid.assets.models"),
+                      ("demo_videos", "streamvid.assets.demo_videos")):
         for f in (ROOT / top).rglob("*.py"):
             rel = f.parent.relative_to(ROOT / top)
             names.add(".".join((name, *rel.parts)))
@@ -51,11 +52,14 @@ def wheel(tmp_path_factory) -> zipfile.ZipFile:
 
 
 def test_the_wheel_carries_the_bundled_model_and_the_demo_clips(wheel):
+    """Every file of the top-level models/streamvid-tiny and demo_videos folders, under streamvid/assets/ in the
+    wheel (the packages streamvid.assets.models and streamvid.assets.demo_videos)."""
     names = set(wheel.namelist())
-    assets = ROOT / "streamvid" / "assets"
-    shipped = {str(f.relative_to(ROOT)) for f in assets.rglob("*") if f.is_file() and "__pycache__" not in f.parts}
-    assert shipped <= names, sorted(shipped - names)
-    assert "streamvid/assets/streamvid-tiny/model.safetensors" in names
+    for top in ("models/streamvid-tiny", "demo_videos"):
+        shipped = {"streamvid/assets/" + str(f.relative_to(ROOT)) for f in (ROOT / top).rglob("*")
+                   if f.is_file() and "__pycache__" not in f.parts}
+        assert shipped and shipped <= names, sorted(shipped - names)
+    assert "streamvid/assets/models/streamvid-tiny/model.safetensors" in names
     clip = "streamvid/assets/demo_videos/shapes_7/"
     assert {clip + "shapes_7.mp4", clip + "episodes.jsonl"} <= names
 

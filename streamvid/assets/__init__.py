@@ -5,9 +5,11 @@
     assets.demo_clips()               # {"shapes_7": .../demo_videos/shapes_7/shapes_7.mp4, ...}
     assets.demo_clip("shapes_7")      # one clip's file; KeyError naming the clips there are
 
-Both are package data (pyproject.toml's `package-data`), so an editable install, `pip install .`, a wheel and
-`pip install git+...` find them the same way, from any working directory. Each clip folder holds `NAME.mp4`, its
-ShapesWorld timeline and its question episodes (`demo_videos/README.md`).
+In the source tree they are the top-level `models/streamvid-tiny/` and `demo_videos/` folders, installed as the
+packages `streamvid.assets.models` and `streamvid.assets.demo_videos` (pyproject.toml's `package-dir` and
+`package-data`), so an editable install, `pip install .`, a wheel and `pip install git+...` find them the same way,
+from any working directory. Each clip folder holds `NAME.mp4`, its ShapesWorld timeline and its question episodes
+(`demo_videos/README.md`).
 """
 
 from __future__ import annotations
@@ -16,16 +18,17 @@ from importlib.resources import files
 from pathlib import Path
 
 
-def _root() -> Path:
-    root = files(__name__)
+def _folder(package: str) -> Path:
+    """The folder of a data package."""
+    root = files(package)
     if not isinstance(root, Path):  # a zip import: checkpoints and videos need real files
         raise RuntimeError(f"streamvid's package data is not on the file system ({root}): install streamvid as files "
                            f"(pip install), not as a zip archive")
     return root
 
 
-BUNDLED_MODEL = _root() / "streamvid-tiny"
-DEMO_VIDEOS = _root() / "demo_videos"
+BUNDLED_MODEL = _folder("streamvid.assets.models") / "streamvid-tiny"
+DEMO_VIDEOS = _folder("streamvid.assets.demo_videos")
 
 
 def demo_clips(folder: Path = DEMO_VIDEOS) -> dict[str, Path]:
