@@ -5,6 +5,7 @@ the wheel into a fresh venv and runs `streamvid run` from `/`."""
 from __future__ import annotations
 
 import ast
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -40,11 +41,33 @@ def test_the_library_never_imports_the_app():
             assert not any(n.split(".")[0] in ("streamvid_app", "app") for n in names), f"{f} imports the app"
 
 
+# what a working tree may hold beside the sources and must not ship: a checkpoint written under models/ (the docs'
+# make-tiny and train-tiny examples write there) and the bytecode of demo_videos/__init__.py
+NOT_SHIPPED = ("models/my-tiny/model.safetensors", "demo_videos/__pycache__/__init__.cpython-311.pyc")
+
+
+def _copy_ignoring(folder: str, names: list[str]) -> set[str]:
+    """What the wheel's source copy leaves out: build leftovers (an old build/lib would ship again), caches, and
+    checkpoints under models/ other than the bundled one (a user's may be large)."""
+    here = Path(folder)
+    left_out = {n for n in names if n == "__pycache__"}
+    if here == ROOT:
+        left_out |= {n for n in names if n.startswith(".") or n in ("build", "dist", "runs") or n.endswith(".egg-info")}
+    if here == ROOT / "models":
+        left_out |= {n for n in names if (here / n).is_dir() and n != "streamvid-tiny"}
+    return left_out
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> zipfile.ZipFile:
-    out = tmp_path_factory.mktemp("wheel")
+    """A wheel built from a copy of the source tree, with NOT_SHIPPED planted in it."""
+    src, out = tmp_path_factory.mktemp("src") / "streamvid", tmp_path_factory.mktemp("wheel")
+    shutil.copytree(ROOT, src, ignore=_copy_ignoring)
+    for name in NOT_SHIPPED:
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_bytes(b"not shipped")
     p = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                        str(out), str(ROOT)], capture_output=True, text=True, timeout=600)
+                        str(out), str(src)], capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr
     (built,) = out.glob("streamvid-*.whl")
     with zipfile.ZipFile(built) as z:
@@ -62,6 +85,8 @@ def test_the_wheel_carries_the_bundled_model_and_the_demo_clips(wheel):
     assert "streamvid/assets/models/streamvid-tiny/model.safetensors" in names
     clip = "streamvid/assets/demo_videos/shapes_7/"
     assert {clip + "shapes_7.mp4", clip + "episodes.jsonl"} <= names
+    assert not any(n.startswith("streamvid/assets/models/my-tiny/") for n in names), "another checkpoint shipped"
+    assert not any("__pycache__" in n for n in names), "bytecode shipped"
 
 
 def test_the_wheel_installs_the_app_as_streamvid_app_and_registers_demo(wheel):
