@@ -164,6 +164,15 @@ def _scale_policy(args: argparse.Namespace):
 
 
 def _serve_ray(args: argparse.Namespace, cfg, options, policy) -> int:
+    from streamvid.net_policy import is_loopback
+
+    loopback = args.ray == "local" and is_loopback(args.host)
+    if loopback:
+        # Ray binds a local cluster's ports (GCS, raylet, object manager, workers, dashboard and runtime-env agents)
+        # to loopback only when the node's address is 127.0.0.1, and ray.init(_node_ip_address="127.0.0.1") swaps in
+        # the host's own address; with this setting (read when ray is imported) Ray takes 127.0.0.1 as the node's.
+        # Ray Serve still opens each replica's inter-deployment gRPC port on every interface (token-authenticated).
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     import ray
     from ray import serve
 
@@ -171,6 +180,9 @@ def _serve_ray(args: argparse.Namespace, cfg, options, policy) -> int:
 
     if args.ray == "local":
         ray.init(include_dashboard=False, log_to_driver=False)
+        if loopback and not is_loopback(ray.util.get_node_ip_address()):
+            print(f"streamvid serve: warning: the local Ray cluster's ports listen on {ray.util.get_node_ip_address()}"
+                  f" too (Ray was imported before it could be bound to loopback)", file=sys.stderr, flush=True)
     else:
         ray.init(address=args.ray, log_to_driver=False)
     try:

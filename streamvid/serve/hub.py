@@ -31,6 +31,8 @@ wait on an open: they take no lock that an open holds while it waits on the netw
 Every request about a stream (a frame, a question, a status read, a watch) and every open subscriber (an events
 stream, a realtime socket, a chat completion waiting for its answer) counts as activity: a stream without any for
 `options.stream_idle_timeout_s` is closed by `reap_idle` (a Periodic thread calls it), its final stats logged.
+A URL's password and secret query values (`redact`) never appear in a stream's info, status, errors, events or
+the log; its source opens with the URL as given.
 A stream opened with a `session_dir` (stream_sessions.py) is saved there every `options.session_save_s` and when
 it closes, however it closes; `open(..., resume=True)` continues a saved one.
 
@@ -46,6 +48,7 @@ import asyncio
 import json
 import logging
 import math
+import re
 import secrets
 import threading
 import time
@@ -70,6 +73,35 @@ log = logging.getLogger(__name__)
 MAX_STREAM_S = 10 * 365 * 24 * 3600.0  # stream times beyond ten years are refused
 FANOUT_WAIT_S = 0.25
 MIN_FPS = 0.01  # a frame per 100 s: slower is not a video stream (and 5e-324 would never sample a frame)
+HIDDEN = "***"  # what a URL's password and secret query values are shown as
+_URL = re.compile(r"(?i)\b[a-z][a-z0-9+.-]*://[^\s'\"<>]*")
+# query parameters whose values are secrets: tokens, keys, passwords, signatures (AWS X-Amz-Signature, Azure sig)
+_SECRET_PARAM = re.compile(r"(?i)token|secret|passw|pwd|apikey|api[-_]key|signature|credential|auth|^(key|sig|pass)$")
+
+
+def redact(text: str) -> str:
+    """`text` with the password of every URL in it (`rtsp://user:***@host/...`) and the values of its secret query
+    parameters (token, key, password, secret, sig, ...) shown as ***: how a source appears in replies, errors and
+    logs. The source itself is opened with the URL as given."""
+    return _URL.sub(lambda m: _redact_url(m.group(0)), text) if isinstance(text, str) and "://" in text else text
+
+
+def _redact_url(url: str) -> str:
+    scheme, _, rest = url.partition("://")
+    netloc_end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    netloc, tail = rest[:netloc_end], rest[netloc_end:]
+    userinfo, at, host = netloc.rpartition("@")
+    if at and ":" in userinfo:
+        netloc = f"{userinfo.partition(':')[0]}:{HIDDEN}@{host}"
+    path, q, query = tail.partition("?")
+    if q:
+        query, hash_, fragment = query.partition("#")
+        pairs = []
+        for pair in query.split("&"):
+            name, eq, value = pair.partition("=")
+            pairs.append(f"{name}={HIDDEN}" if eq and value and _SECRET_PARAM.search(name) else pair)
+        tail = f"{path}?{'&'.join(pairs)}{hash_}{fragment}"
+    return f"{scheme}://{netloc}{tail}"
 
 
 @dataclass
@@ -177,12 +209,14 @@ class OpenPool:
 
 
 class Hub:
-    """The streams of one engine by id; ids start with `prefix` (a replica's, under Ray)."""
+    """The streams of one engine by id; ids start with `prefix` (a replica's, under Ray) and end with `tag(id)` when
+    a `tag` is given (under Ray a MAC, so that the ingress can tell an id no replica issued)."""
 
     def __init__(self, engine, options: ServeOptions | None = None, prefix: str = "vs-", webhooks=None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, tag: Callable[[str], str] | None = None):
         self.engine = engine
         self.clock = clock
+        self.tag = tag
         self.config = engine.config
         self.options = options or ServeOptions(model_id=model_id(engine.config.model))
         self.prefix = prefix
@@ -219,7 +253,10 @@ class Hub:
             raise BadRequest(f"fps must be a number in [{MIN_FPS:g}, {self.options.max_fps:g}], got {fps!r}"[:200])
         if not isinstance(resume, bool) or (resume and session_dir is None):
             raise BadRequest('"resume": true needs the "session_dir" the stream was saved in')
-        kind, label, open_source = self.policy.resolve(source)  # refused before a slot is taken
+        try:
+            kind, label, open_source = self.policy.resolve(source)  # refused before a slot is taken
+        except ServeError as e:
+            raise type(e)(redact(e.message), e.status, e.type, e.code) from None
         timeout = self.options.source_open_timeout_s
         if kind == "url" and time.monotonic() - called_s >= timeout:
             raise Timeout(f"the source did not open within {timeout:g} s (--source-open-timeout-s): its host name "
@@ -262,7 +299,9 @@ class Hub:
 
     def _new(self, sa, kind: str, label: str, fps: float, session: StreamSession | None, push) -> ServedStream:
         sid = f"{self.prefix}{SESSION_MARK if session else ''}{secrets.token_hex(6)}"
-        return ServedStream(sid, sa, kind, label, float(fps), int(time.time()), push=push, session=session,
+        if self.tag is not None:
+            sid += self.tag(sid)
+        return ServedStream(sid, sa, kind, redact(label), float(fps), int(time.time()), push=push, session=session,
                             last_active=self.clock())
 
     def _add(self, s: ServedStream) -> dict:
@@ -280,8 +319,7 @@ class Hub:
             src = open_source(s.fps)
         except Exception as e:  # noqa: BLE001 - a refused or unreachable source (or anything else) fails the stream
             late = time.monotonic() >= s.open_deadline  # (ffmpeg's own timeout, at about the same time)
-            self._fail_open(s, self._too_late() if late else e.message if isinstance(e, ServeError)
-                            else wire_error(e).message)
+            self._fail_open(s, self._too_late() if late else wire_error(e).message)
             return
         reason = "the stream closed while its source opened"
         with s.lock:  # (not held while the source opened)
@@ -304,6 +342,7 @@ class Hub:
     def _fail_open(self, s: ServedStream, reason: str) -> None:
         """The stream's source did not open: it is "failed" with `reason` (kept listed, for GET, until it is deleted
         or closed as idle), its engine slot and session folder are given back, its subscribers get an error event."""
+        reason = redact(reason)
         with s.lock:
             if not s.opening:
                 return
@@ -407,7 +446,7 @@ class Hub:
         try:
             s.sa.stop()
         except RuntimeError as e:  # the stream's work had failed and nobody had read it yet
-            s.error = s.error or str(e)
+            s.error = s.error or redact(str(e))
         if s.session is not None:
             s.session.release()
         if s.thread is not None:
@@ -416,7 +455,7 @@ class Hub:
             for out in s.sa.outputs(timeout_s=0.0):  # what came after the fan-out stopped
                 self._deliver(s, out)
         except RuntimeError as e:
-            s.error = s.error or str(e)
+            s.error = s.error or redact(str(e))
         final = {**self._status(s), "running": False, "deleted": True, "reason": reason}
         why = {"reason": reason} if reason != "deleted" else {}  # (a client's own delete needs no reason)
         self._publish(s, {"type": "status", "event": "closed", "t_s": final["t_s"], **why})
@@ -484,7 +523,7 @@ class Hub:
         except ValueError as e:
             raise BadRequest(str(e)) from None
         except RuntimeError as e:  # the stream's work failed
-            raise Unavailable(f"stream {sid} stopped with an error: {e}") from None
+            raise Unavailable(f"stream {sid} stopped with an error: {redact(str(e))}") from None
 
     def watch(self, sid: str, condition: object, **thresholds) -> dict:
         s = self.get(sid)
@@ -499,7 +538,7 @@ class Hub:
         except ValueError as e:
             raise BadRequest(str(e)) from None
         except RuntimeError as e:
-            raise Unavailable(f"stream {sid} stopped with an error: {e}") from None
+            raise Unavailable(f"stream {sid} stopped with an error: {redact(str(e))}") from None
         return {"id": wid, "object": "watch", "condition": condition}
 
     def watches(self, sid: str) -> list[dict]:
@@ -553,15 +592,17 @@ class Hub:
                     s.ended_sent = True
                     self._publish(s, {"type": "status", "event": "ended", "t_s": round(s.sa.latest_t_s, 3)})
         except RuntimeError as e:  # the stream's work failed: it is over, the server is not
-            s.error = str(e)
+            s.error = redact(str(e))
             self._publish(s, {"type": "status", "event": "error", "t_s": round(s.sa.latest_t_s, 3),
-                              "message": str(e)})
+                              "message": s.error})
 
     def _deliver(self, s: ServedStream, out) -> None:
         if out.kind == "token":
             self._publish(s, {"type": "answer.delta", "id": out.id, "text": out.text}, delta=True)
             return
         obj = finite(out.to_json())
+        if out.kind == "status":  # a live source's loss and return: its reason may name the URL
+            obj = {k: redact(v) for k, v in obj.items()}
         self._publish(s, obj)
         if out.kind == "alert" and self.webhooks is not None:
             self.webhooks.offer({**obj, "stream_id": s.id})

@@ -18,7 +18,8 @@ of routes.py) holds a handle to each and routes every request:
   autoscaler);
 - a stream's id carries its engine and that replica's incarnation, `r{i}.{incarnation}-{token}`, so every later
   request for it (frames, chat completions, watches, events, the realtime socket) goes to `engine{i}` for the
-  stream's whole life;
+  stream's whole life; the token ends with a MAC of the id under the application's key (`id_tag`), so an id no
+  replica issued (made up, or malformed) is 404 at the ingress, not taken for a stream of a dead replica;
 - replies and errors cross the handle as plain data (`{"ok": ...}` / `{"err": [status, message, type, code]}`);
   answers and events stream back through the handle's streaming calls.
 
@@ -34,6 +35,9 @@ replicas go on. A session folder must be reachable from every replica (a shared 
 from __future__ import annotations
 
 import asyncio
+import functools
+import hashlib
+import hmac
 import logging
 import re
 import secrets
@@ -58,13 +62,27 @@ CALLS = ("open", "list", "count", "status", "close", "push", "question", "watch"
 STREAMS = ("ask", "events")
 _ID = re.compile(r"^r(\d+)\.([0-9a-f]+)-")
 RAY_ERRORS = (RayError, RayServeException)
+TAG_HEX = 12  # the MAC at the end of a stream id
+
+
+def id_tag(key: bytes, sid: str) -> str:
+    """What an id issued by a replica of the application with `key` ends with (Hub's `tag`)."""
+    return hmac.new(key, sid.encode(), hashlib.sha256).hexdigest()[:TAG_HEX]
+
+
+def issued(key: bytes, sid: str) -> bool:
+    """Whether `sid` is a stream id that a replica of the application with `key` issued (the replica may have died
+    since)."""
+    if not isinstance(sid, str) or len(sid) <= TAG_HEX or _ID.match(sid) is None:
+        return False
+    return hmac.compare_digest(sid[-TAG_HEX:], id_tag(key, sid[:-TAG_HEX]))
 
 
 @serve.deployment(max_ongoing_requests=10_000, graceful_shutdown_timeout_s=5)
 class EngineReplica:
     """One engine and its streams hub: one replica of deployment `engine{index}`."""
 
-    def __init__(self, config, options: ServeOptions, index: int, threads: int | None = None):
+    def __init__(self, config, options: ServeOptions, index: int, threads: int | None, key: bytes):
         if threads:
             import torch
 
@@ -77,7 +95,8 @@ class EngineReplica:
         webhooks = (WebhookSender(options.webhook_urls, options.webhook_queue, options.webhook_retries)
                     if options.webhook_urls else None)
         self.engine = Engine(config)
-        self.service = HubService(Hub(self.engine, options, prefix=self.prefix, webhooks=webhooks))
+        self.service = HubService(Hub(self.engine, options, prefix=self.prefix, webhooks=webhooks,
+                                      tag=functools.partial(id_tag, key)))
         log.info("engine replica %s ready (streams %s*)", index, self.prefix)
 
     def _check(self, method: str, args: tuple, allowed: tuple) -> None:
@@ -111,12 +130,15 @@ class EngineReplica:
 class RayBackend:
     """The ingress's backend: each call forwarded to the engine replica that holds the stream (see module doc)."""
 
-    def __init__(self, engines: EngineSet, options: ServeOptions):
+    def __init__(self, engines: EngineSet, options: ServeOptions, key: bytes):
         self.engines = engines
         self.options = options
+        self.key = key  # the application's: ids its replicas issued end with their MAC (id_tag)
 
     def _index(self, sid: str) -> int:
-        m = _ID.match(sid) if isinstance(sid, str) else None
+        """The replica that issued the stream id; NotFound for an id no replica issued, or one of a replica that
+        was removed."""
+        m = _ID.match(sid) if issued(self.key, sid) else None
         if m is None or int(m.group(1)) not in self.engines.indices():
             raise NotFound(f"no stream {str(sid)[:100]!r} on this server (it was never opened, or was deleted)")
         return int(m.group(1))
@@ -242,14 +264,14 @@ class StreamvidIngress:
 
         app = serve.get_replica_context().app_name
         engine_set = this.EngineSet(dict(enumerate(engines)), policy, lambda i: this.engine(i, *engine_args), app)
-        this._backend = this.RayBackend(engine_set, options)
+        this._backend = this.RayBackend(engine_set, options, key=engine_args[-1])
 
 
-def engine(i: int, config, options: ServeOptions, cpus: float, gpus: float, threads: int | None):
-    """Deployment `engine{i}`: one replica, one engine."""
+def engine(i: int, config, options: ServeOptions, cpus: float, gpus: float, threads: int | None, key: bytes):
+    """Deployment `engine{i}`: one replica, one engine; `key`: the application's, for its stream ids."""
     return (EngineReplica.options(name=f"engine{i}", num_replicas=1,
                                   ray_actor_options={"num_cpus": cpus, "num_gpus": gpus})
-            .bind(config, options, i, threads))
+            .bind(config, options, i, threads, key))
 
 
 def application(config, options: ServeOptions, replicas: int = 2, cpus_per_replica: float = 1.0,
@@ -258,6 +280,7 @@ def application(config, options: ServeOptions, replicas: int = 2, cpus_per_repli
     """The Ray Serve application: `replicas` engine deployments behind the ingress; with `streams_per_replica`,
     from `replicas` up to `max_replicas` of them (scaling.py)."""
     policy = ScalePolicy(replicas, max_replicas, streams_per_replica, scale_down_after_s)
-    engine_args = (config, options, cpus_per_replica, gpus_per_replica, threads)
+    key = secrets.token_bytes(16)  # the stream ids' MAC key: kept with the application's arguments by Ray Serve
+    engine_args = (config, options, cpus_per_replica, gpus_per_replica, threads, key)
     return StreamvidIngress.bind(options, policy, engine_args,
                                  *(engine(i, *engine_args) for i in range(replicas)))

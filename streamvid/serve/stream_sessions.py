@@ -13,9 +13,11 @@ held it died.
     session.release()
 
 A folder is used by one stream at a time (session_store.SessionLock: a flock that the kernel drops when a process
-dies, so the folder of a dead replica's stream can be claimed at once). The ids of streams with a folder carry
-`SESSION_MARK` right after their server's prefix (`vs-s1a2b...`, `r0.3f9c2e-s1a2b...`), so an error about a stream
-whose replica died can say that it can be resumed without asking anyone.
+dies, so the folder of a dead replica's stream can be claimed at once), and no stream's folder may lie inside
+another live stream's, or hold one (`refuse_nesting`: the same lock, looked at one folder up or down, so it holds
+across processes and replicas). The ids of streams with a folder carry `SESSION_MARK` right after their server's
+prefix (`vs-s1a2b...`, `r0.3f9c2e-s1a2b...`), so an error about a stream whose replica died can say that it can be
+resumed without asking anyone.
 
 Thread contract: `SessionFolders` is immutable. A `StreamSession` belongs to one stream: its autosave thread and
 the hub's threads may call `info` at any time; `save_final` once, from the thread closing the stream; `release` from
@@ -25,6 +27,7 @@ any thread (the first call releases; a stream whose source failed to open releas
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from pathlib import Path
 
@@ -35,6 +38,7 @@ log = logging.getLogger(__name__)
 
 SESSION_MARK = "s"  # after the id prefix: the stream has a session folder (stream tokens are hex: no "s")
 MAX_PATH = 1000
+LOCK_FILE = ".lock"  # a session folder's lock file (session_store.SessionLock)
 
 
 def resumable(sid: str) -> bool:
@@ -88,11 +92,48 @@ class SessionFolders:
                            f"another folder") from None
         except OSError as e:
             raise BadRequest(f"session_dir {folder} cannot be used: {e.strerror or e}") from None
+        try:
+            refuse_nesting(folder)
+        except Conflict:
+            lock.release()
+            raise
         if not resume and session_store.has_session(folder):
             lock.release()
             raise Conflict(f"session_dir {folder} holds a saved session: pass \"resume\": true to continue it, or "
                            f"use another folder")
         return StreamSession(folder, lock, resume, self.save_every_s)
+
+
+def refuse_nesting(folder: Path) -> None:
+    """Conflict when `folder` (resolved, its own lock held) lies inside the session folder of another live stream,
+    or holds one: a save of either would remove the other's snapshots. A live stream is one that holds its folder's
+    session lock, in this process or any other on the filesystem (another Ray replica, another server), so this
+    is the same check as "in use", one folder up or down. Checked after taking `folder`'s own lock: of two streams
+    claiming a folder and one inside it at the same moment, at least one sees the other."""
+    for parent in folder.parents:
+        if held(parent):
+            raise Conflict(f"session_dir {folder} is inside {parent}, the session folder of another stream: their "
+                           f"saves would destroy each other's; use a folder outside it")
+    for root, dirs, files in os.walk(folder, onerror=lambda e: None):  # symbolic links are not followed
+        dirs.sort()
+        inner = Path(root)
+        if inner != folder and LOCK_FILE in files and held(inner):
+            raise Conflict(f"session_dir {folder} holds {inner}, the session folder of another stream: their saves "
+                           f"would destroy each other's; use a folder that holds no other stream's folder")
+
+
+def held(folder: Path) -> bool:
+    """Whether a stream holds `folder`'s session lock now (session_store.SessionLock, from any process)."""
+    if not (folder / LOCK_FILE).is_file():
+        return False
+    try:
+        probe = session_store.SessionLock(folder)
+    except session_store.SnapshotError:
+        return True
+    except OSError:  # a folder this process cannot open is no stream's of this server
+        return False
+    probe.release()
+    return False
 
 
 class StreamSession:
