@@ -39,6 +39,10 @@ CMD ["streamvid", "demo", "--host", "0.0.0.0", "--port", "7860", "--device", "cu
 FROM ${CPU_BASE} AS cpu
 ARG TORCH_INDEX
 ENV PIP_NO_CACHE_DIR=1 PYTHONUNBUFFERED=1 GRADIO_ANALYTICS_ENABLED=False
+# a virtual environment from the base's python3, so the same lines work on python:3.11-slim and on a plain Debian
+# base (python3 and python3-venv, no `pip` or `python` on the PATH)
+RUN python3 -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /app
 COPY constraints.txt /app/
 # the CPU wheels of the tested torch / torchvision pair in constraints.txt (PyPI's default torch wheel carries CUDA
