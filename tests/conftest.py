@@ -1,14 +1,34 @@
-"""Shared fixtures: a tiny random Qwen2.5-VL checkpoint built from a config (no download)."""
+"""Shared fixtures: a tiny random Qwen2.5-VL checkpoint built from a config (no download); the suite's hypothesis
+profile; `wait_until`, the bounded condition wait that tests use instead of wall-clock thresholds."""
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 
 import numpy as np
 import pytest
+from hypothesis import settings
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+# no per-example deadline in any property: a loaded CI machine must not turn a slow example (a file written, a
+# session saved) into a failure; each property bounds its own max_examples
+settings.register_profile("streamvid", deadline=None)
+settings.load_profile("streamvid")
+
+
+def wait_until(condition: Callable[[], object], timeout_s: float = 60.0, interval_s: float = 0.01) -> bool:
+    """Poll `condition` until it is true or `timeout_s` has passed (generous: the bound only ends a test that would
+    otherwise hang on a loaded machine); whether it became true."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() >= deadline:
+            return bool(condition())
+        time.sleep(interval_s)
+    return True
 
 
 @pytest.fixture(scope="session")

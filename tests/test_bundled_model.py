@@ -38,7 +38,7 @@ def test_answers_a_demo_clip_through_the_engine(tmp_path):
     """The whole demo episode (2 minutes, every question family, seed 7: not a training seed) through the engine
     and the scorer, against the gold answers that the generator derives from the clip's timeline: questions about
     now, yes/no probes and questions about what left the KV window long ago are mostly right, each answer of its
-    family's kind (streamvid/assets/streamvid-tiny/README.md has the held-out scores)."""
+    family's kind (models/streamvid-tiny/README.md has the held-out scores)."""
     from streamvid.eval.score import score_files
 
     report = score_files([DEMO / "episodes.jsonl"], EngineConfig(), tmp_path)

@@ -25,6 +25,27 @@ def _muted_mp4() -> Path:
     return world_mp4().parent / "muted_b.mp4"
 
 
+LONG_S, LONG_FPS = 600, 2
+
+
+@pytest.fixture(scope="module")
+def long_mp4(tmp_path_factory) -> Path:
+    """A 10-minute clip (2 fps, 64x64): a live run of it interrupted after its first answer is still mid-stream,
+    however slowly a loaded machine gets to that answer."""
+    import av
+    import numpy as np
+
+    path = tmp_path_factory.mktemp("long") / "long.mp4"
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("libx264", rate=LONG_FPS)
+        stream.width, stream.height, stream.pix_fmt = 64, 64, "yuv420p"
+        for i in range(LONG_S * LONG_FPS):
+            image = np.full((64, 64, 3), (7 * i) % 256, np.uint8)
+            container.mux(stream.encode(av.VideoFrame.from_ndarray(image, format="rgb24")))
+        container.mux(stream.encode())
+    return path
+
+
 def test_a_second_run_answers_about_the_first_video(tiny_model_dir, tmp_path):
     session = tmp_path / "s"
     common = ("--model", str(tiny_model_dir), "--fps", "1", "--max-new-tokens", "4", "--window-tokens", "60",
@@ -63,9 +84,9 @@ def test_damaged_session_is_one_line_and_debug_shows_the_traceback(tiny_model_di
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_interrupting_a_live_run_prints_the_stats_line_and_saves(tiny_model_dir, tmp_path, sig):
+def test_interrupting_a_live_run_prints_the_stats_line_and_saves(tiny_model_dir, long_mp4, tmp_path, sig):
     session = tmp_path / "s"
-    p = subprocess.Popen([sys.executable, "-m", "streamvid.cli", "run", str(world_mp4()), "--realtime",
+    p = subprocess.Popen([sys.executable, "-m", "streamvid.cli", "run", str(long_mp4), "--realtime",
                           "--model", str(tiny_model_dir), "--fps", "2", "--max-new-tokens", "2",
                           "--window-tokens", "60",                          "--ask", "1:What is on screen?", "--session", str(session)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -79,7 +100,8 @@ def test_interrupting_a_live_run_prints_the_stats_line_and_saves(tiny_model_dir,
         p.kill()
     stats = json.loads(out.splitlines()[-1])
     assert p.returncode == 130 and err.strip().splitlines()[-1] == f"streamvid run: interrupted; session saved in {session}"
-    assert stats["type"] == "stats" and stats["interrupted"] is True and 0 < stats["frames_in"] < 60
+    # interrupted mid-stream: the clip (10 minutes at the clock's pace) was not over
+    assert stats["type"] == "stats" and stats["interrupted"] is True and 0 < stats["frames_in"] < LONG_S * LONG_FPS
     assert stats["session_saved"]["stream_t_s"] > 1.0
     assert (session / "session.json").is_file()
 

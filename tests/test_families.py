@@ -1,7 +1,9 @@
 """Every supported family, end to end on a small random checkpoint from `make_tiny` (no download):
 the registry picks its adapter; chunk-by-chunk encoding equals one forward over the same tokens with the model's
 own positions; a moved block equals a fresh encoding at the new positions; the engine's greedy answer equals HF
-`generate` token for token (float32 and bfloat16); retrieval brings a planted block's KV into the context;
+`generate` token for token (float32 and bfloat16), and on a window with evicted blocks and retrieved memory it
+equals HF's own forward and greedy loop over the same tokens at the same positions (one-layer checkpoints, K/V and
+logits too); retrieval brings a planted block's KV into the context;
 `streamvid make-tiny` + `streamvid run` work.
 
 Tolerances: 1e-4 absolute on keys, values and logits in float32 (measured differences are ~1e-6); keys moved by
@@ -81,6 +83,12 @@ def _reference_inputs(adapter, chunks, prompt: str) -> dict:
     """The same tokens and vision inputs as one sequence, for one HF forward / `generate` that computes its own
     positions (no position_ids: get_rope_index over the whole sequence, or 0..L-1 for 1-D RoPE)."""
     parts = [adapter.chunk_inputs(f, len(f) / FPS, i * len(f) / FPS) for i, f in enumerate(chunks)]
+    return _sequence_inputs(adapter, parts, prompt)
+
+
+def _sequence_inputs(adapter, parts, prompt: str) -> dict:
+    """The sinks, the chunks `parts` (ChunkInputs, in this order) and `prompt` as one sequence with their vision
+    inputs, as HF's processor hands them to the model."""
     ids = torch.cat([adapter.token_ids(adapter.sink_text), *[p.ids for p in parts], adapter.token_ids(prompt)], dim=1)
     inputs = {"input_ids": ids.to(adapter.device), "attention_mask": torch.ones_like(ids).to(adapter.device)}
     if adapter.position_axes == 3:
@@ -182,6 +190,7 @@ class Spy:
     def __init__(self, real):
         self._real = real
         self.calls: list[tuple[Context, str]] = []
+        self.decodings: list = []  # the scheduler's decodings (their .tokens: the ids it generated)
 
     def __getattr__(self, name):
         return getattr(self._real, name)
@@ -189,6 +198,13 @@ class Spy:
     def generate(self, context, prompt, max_new_tokens, stop=None):
         self.calls.append((context, prompt))
         return self._real.generate(context, prompt, max_new_tokens, stop)
+
+    def start_decoding(self, context, prompt, max_new_tokens):
+        """The scheduler's way in: its answers are decoded batched (`decode`) from these."""
+        decoding = self._real.start_decoding(context, prompt, max_new_tokens)
+        self.calls.append((context, prompt))
+        self.decodings.append(decoding)
+        return decoding
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -222,6 +238,122 @@ def test_engine_answer_equals_generate(arch, dtype, family_adapters, family_dirs
         ref.append(token)
     assert len(ref) >= 3, "the random model stops at once: the comparison would say nothing"
     assert engine == ref
+
+
+@pytest.fixture(scope="session")
+def one_layer_adapters(tmp_path_factory):
+    """float32 adapters of one-decoder-layer checkpoints from `make_tiny`, built on first use per family."""
+    from streamvid.checkpoints.families import make_tiny
+
+    root, made = tmp_path_factory.mktemp("families-1-layer"), {}
+
+    def get(arch: str):
+        if arch not in made:
+            made[arch] = load_adapter(str(make_tiny(arch, root / arch, seed=0, layers=1)), dtype="float32")
+        return made[arch]
+
+    return get
+
+
+def _hf_positions(adapter, inputs: dict) -> torch.Tensor:
+    """HF's own position ids of `inputs` from 0: the model's get_rope_index (M-RoPE), or 0..L-1 (1-D RoPE)."""
+    ids = inputs["input_ids"]
+    if adapter.position_axes == 1:
+        return torch.arange(ids.shape[1]).view(1, -1)
+    extra = {"second_per_grid_ts": inputs["second_per_grid_ts"]} if "second_per_grid_ts" in inputs else {}
+    with torch.inference_mode():
+        return adapter.model.model.get_rope_index(ids, inputs["mm_token_type_ids"],
+                                                  video_grid_thw=inputs["video_grid_thw"],
+                                                  attention_mask=inputs["attention_mask"], **extra)[0]
+
+
+def _hf_greedy(adapter, inputs: dict, positions: torch.Tensor, n_ctx: int, max_new_tokens: int):
+    """HF's own forward from an empty cache over the whole sequence at `positions`, then its greedy loop one token
+    at a time (text positions after the last); the generated ids up to a stop token, the K/V of the first `n_ctx`
+    tokens and the logits of the first generated token."""
+    model, tokens = adapter.model, []
+    with torch.inference_mode():
+        out = model(**inputs, position_ids=positions.to(adapter.device), use_cache=True)
+        kv = [(layer.keys[:, :, :n_ctx].clone(), layer.values[:, :, :n_ctx].clone()) for layer in out.cache.layers]
+        first_logits = out.logits[0, -1].clone()
+        pos = int(positions.max()) + 1
+        for _ in range(max_new_tokens):
+            token = int(out.logits[0, -1].argmax())
+            if token in adapter.stop_ids:
+                break
+            tokens.append(token)
+            step = torch.tensor([[pos]])
+            step = step.view(1, 1, 1).expand(3, 1, 1) if adapter.position_axes == 3 else step
+            out = model(input_ids=torch.tensor([[token]], device=adapter.device), position_ids=step.to(adapter.device),
+                        cache=out.cache, use_cache=True)
+            pos += 1
+    return tokens, kv, first_logits
+
+
+def test_engine_answer_with_evicted_and_retrieved_blocks_equals_hf_forward(arch, one_layer_adapters):
+    """The scheduler's answer on a window that has evicted blocks, with two memory blocks retrieved (the context:
+    sinks + retrieved blocks + window), token for token equal to HF's own forward and greedy loop from an empty
+    cache over the same tokens and vision inputs as one sequence: the sinks, the retrieved chunks in time order,
+    the window's chunks and the prompt, at contiguous positions that end where the window stays (HF's own
+    positions for that sequence, shifted so the window's first token sits where the engine encoded it). The
+    retrieved blocks and the sinks were moved there by rotating their cached keys; the reference computes them
+    afresh at those positions. The context's K/V must equal the reference's too.
+
+    One decoder layer: a token's K/V at the first layer depend on its token and position only, so the cached K/V
+    of blocks encoded earlier on other contexts equal a fresh forward over this context's tokens. (From the second
+    layer on, a window block's K/V hold what it attended to when it was encoded, including blocks evicted since;
+    no single forward over the context reproduces that, by design.) Memory stores blocks as they were ("float") so
+    the comparison is exact to float32 rounding."""
+    adapter = one_layer_adapters(arch)
+    spy = Spy(adapter)
+    k = max(2, adapter.frames_per_chunk_multiple)
+    chunks = _chunks(adapter, 6)
+    per_chunk = adapter.chunk_inputs(chunks[-1], k / FPS, 5 * k / FPS).ids.shape[1]
+    cfg = EngineConfig.from_settings(model="unused", fps=FPS, frames_per_chunk=k, window_tokens=2 * per_chunk + 2,
+                                     memory_top_k=2, memory_kv="float", max_new_tokens=12, dialogue_turns=0)
+    sa = StreamingAssistant(cfg, adapter=spy)
+    sa.feed(Frame(img, i / FPS, i) for i, img in enumerate(f for frames in chunks for f in frames))
+    window = sa.window.snapshot().blocks
+    assert [b.id for b in window] == [4, 5] and len(sa.memory) == 4  # blocks 0-3 evicted to memory
+    question = "What colour was the star?"  # past tense: memory is searched
+    for planted in (0, 2):  # these two match the question best: neither is next to the window nor to the other
+        sa.memory.reindex(planted, sa.embedder.question_vector(question))
+    sa.ask(question)
+    sa.engine.run_until_idle()
+    answer = next(o for o in sa.outputs(timeout_s=0.1) if o.kind == "answer")
+    assert answer.retrieved_blocks == [0, 2]
+    assert answer.evidence_t_s == [[0.0, k / FPS], [2 * k / FPS, 3 * k / FPS], [4 * k / FPS, 6 * k / FPS]]
+    (context, prompt), decoding = spy.calls[-1], spy.decodings[-1]
+    assert prompt == adapter.prompt(question)
+
+    # the reference: the tokens and vision inputs of sinks, chunks 0, 2, 4, 5 and the prompt, as one sequence
+    used = [0, 2, 4, 5]
+    parts = [adapter.chunk_inputs(chunks[i], k / FPS, i * k / FPS) for i in used]
+    inputs = _sequence_inputs(adapter, parts, prompt)
+    n_sinks = adapter.token_ids(adapter.sink_text).shape[1]
+    first_window_token = n_sinks + sum(p.ids.shape[1] for p in parts[:2])
+    n_ctx = first_window_token + sum(p.ids.shape[1] for p in parts[2:])
+    assert context.n_tokens == n_ctx
+    hf = _hf_positions(adapter, inputs)
+    shift = window[0].pos_start - int(hf[..., first_window_token].min())  # the window stays where it was encoded
+    assert shift > 0  # the sinks and the retrieved blocks were moved forward, to just before the window
+    positions = hf + shift
+    assert context.next_pos == int(positions[..., n_ctx].min())  # the prompt starts right after the window
+    ref, kv, ref_logits = _hf_greedy(adapter, inputs, positions, n_ctx, 12)
+    assert len(ref) >= 3, "the random model stops at once: the comparison would say nothing"
+
+    for (ref_k, ref_v), keys, values in zip(kv, context.keys, context.values, strict=True):
+        assert torch.allclose(keys, ref_k, atol=TOL * max(1.0, float(ref_k.abs().max())))
+        assert torch.allclose(values, ref_v, atol=TOL)
+    assert decoding.tokens == ref  # the ids the scheduler generated for this answer
+    assert answer.tokens == len(ref)
+    # a random model's tokens and logits barely depend on the context: a retrieved block one position off, or not
+    # rotated at all, leaves its greedy tokens as they were and moves its logits by 5e-6 to 1e-3 (under TOL for most
+    # families); the K/V above move by 0.3 to 5, which is what catches it
+    q_ids = adapter.token_ids(prompt)
+    with torch.inference_mode():
+        logits = adapter.forward(q_ids, adapter.text_positions(context.next_pos, q_ids.shape[1]), context)[0][0, -1]
+    assert torch.allclose(logits, ref_logits, atol=TOL)
 
 
 def test_batched_probes_equal_single_probes(fam):

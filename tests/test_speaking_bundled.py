@@ -69,7 +69,7 @@ def run(episode):
 
 
 @pytest.mark.xfail(not SEES, strict=True, reason="the bundled model's recorded held-out probe accuracy is below 0.9 "
-                                                  "(streamvid/assets/streamvid-tiny/README.md): its p(yes) does not "
+                                                  "(models/streamvid-tiny/README.md): its p(yes) does not "
                                                   "follow the scene, so no alert comes")
 def test_tell_me_when_fires_once_near_its_event(run):
     forward, ids, alerts = run

@@ -18,6 +18,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from conftest import wait_until
 
 from streamvid.adapters.row_by_row import RowByRow
 from streamvid.assets import DEMO_VIDEOS
@@ -390,24 +391,32 @@ def test_cli_run_prints_alerts_in_stream_order_with_answers(tiny_model_dir):
     assert bad.returncode == 2 and "expected T:CONDITION" in bad.stderr
 
 
+def _answer(sa: StreamingAssistant, qid: str, timeout_s: float) -> Output | None:
+    """The answer to question `qid` as soon as it comes, or None after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for o in sa.outputs(timeout_s=0.05):
+            if o.kind == "answer" and o.id == qid:
+                return o
+    return None
+
+
 def test_the_scheduler_wakes_for_a_question_and_new_frames(adapter, frame_times):
-    """The scheduler thread sleeps up to the read timeout (30 s here) only when there is nothing to do: a question
-    and new frames wake it at once."""
+    """The scheduler thread sleeps up to the read timeout (an hour here) only when there is nothing to do: a
+    question and new frames wake it at once. Each wait below ends when what it waits for happens, bounded at a
+    minute: far less than the hour a scheduler that slept through the work would take."""
     oracle = OracleAdapter(adapter, frame_times)
-    sa = StreamingAssistant(_cfg(read_timeout_s=30.0), adapter=oracle)
+    sa = StreamingAssistant(_cfg(read_timeout_s=3600.0), adapter=oracle)
     sa.engine.start()
     try:
         sa.watch(_a(FIRST))
         src = FileSource(CLIP, fps=FPS, t_end_s=1.0)
         while (f := src.read()) is not None:
             sa.insert(f)
-        t0 = time.monotonic()
-        while "probe" not in oracle.calls and time.monotonic() - t0 < 20.0:
-            time.sleep(0.01)
-        assert "probe" in oracle.calls  # the new block was decided on without waiting 30 s
-        sa.ask("How many shapes are there?", t_s=1.0)
-        answer = [o for o in sa.outputs(timeout_s=20.0) if o.kind == "answer"]
-        assert answer and answer[0].data["question"] == "How many shapes are there?"
+        assert wait_until(lambda: "probe" in oracle.calls, timeout_s=60), "the new block was not decided on"
+        qid = sa.ask("How many shapes are there?", t_s=1.0)
+        answer = _answer(sa, qid, timeout_s=60)
+        assert answer is not None and answer.data["question"] == "How many shapes are there?"
     finally:
         sa.stop()
 
