@@ -381,6 +381,7 @@ class StreamingAssistant:
             "memory_dropped": mem.dropped if mem else 0,
             "memory_index_rows": mem.index_rows if mem else 0,
             "questions_answered": self.reasoning.answered,
+            "batch_fallbacks": self.engine.batch_fallbacks,  # the engine's, all its streams together
             **self.reasoning.stats(),
             "peak_memory_mb": round(peak, 1),
             "peak_memory_kind": "cuda" if self.adapter_device_is_cuda else "host_rss",

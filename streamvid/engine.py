@@ -28,8 +28,8 @@ bounded inbox; a live source drops what does not fit (the engine did not keep up
 One stepping interface drives everything: the scheduler thread (`start`) loops `step`; a replay inserts frames
 and calls `run_until_idle` (StreamingAssistant.run_simulated); bench drives both.
 
-Errors: a batched forward that raises is retried stream by stream; a stream whose own work raises is closed with
-the error (its caller gets it), the others go on.
+Errors: a batched forward that raises is retried stream by stream (counted in `batch_fallbacks`); a stream whose
+own work raises is closed with the error (its caller gets it), the others go on.
 
 Caps: `max_streams` streams per engine (`open` raises EngineFull beyond it); a stream without frames for
 `idle_release_s` moves its window KV to host memory, restored on its next frame (answers unchanged).
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -83,6 +84,7 @@ class Engine:
         self._window_mb: dict[tuple, float] = {}
         self.steps = 0
         self.forwards = {"decode": 0, "prefill": 0, "encode": 0, "probe": 0}
+        self.batch_fallbacks = 0  # batched forwards of several streams that raised and were retried stream by stream
         self._step_tokens: int | None = config.scheduler.step_tokens  # resolved on the first step (step_tokens)
         self.error: BaseException | None = None
 
@@ -366,6 +368,9 @@ class Engine:
             if len(group) == 1:
                 self._fail(group[0])
                 return
+            self.batch_fallbacks += 1
+            log.warning("a batched %s forward of %d streams failed (%r): retried stream by stream", kind, len(group),
+                        sys.exc_info()[1])
             for s in group:
                 self._guard(s, run, [s])
 
@@ -377,8 +382,6 @@ class Engine:
             return None
 
     def _fail(self, s: Stream) -> None:
-        import sys
-
         error = sys.exc_info()[1]
         log.warning("stream %s failed: %r", s.id, error)
         s.close(error)

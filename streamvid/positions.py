@@ -83,13 +83,15 @@ def _inv_freq(policy: RopePositions | torch.Tensor) -> torch.Tensor:
 
 def move_block(block: Block, pos_start: int, inv_freq: RopePositions | torch.Tensor) -> Block:
     """The same block with its keys re-rotated so it starts at `pos_start` (`inv_freq`: an adapter's
-    `positions` policy or its bare RoPE frequencies)."""
+    `positions` policy or its bare RoPE frequencies); the keys of its memory encoding (`Block.memory_kv`, encoded
+    at the same positions) too."""
     delta = pos_start - block.pos_start
     if delta == 0:
         return block
     cos, sin = _rotation(delta, _inv_freq(inv_freq))  # once for all layers
     keys = tuple(_rotate(k, cos, sin) for k in block.keys)
-    return block.replace(keys=keys, pos_start=pos_start)
+    alone = block.memory_kv and (tuple(_rotate(k, cos, sin) for k in block.memory_kv[0]), block.memory_kv[1])
+    return block.replace(keys=keys, pos_start=pos_start, memory_kv=alone)
 
 
 def layout(sinks: Block, retrieved: Sequence[Block], window: Sequence[Block],

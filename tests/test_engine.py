@@ -2,7 +2,8 @@
 
 The model is the tiny random Qwen2.5-VL (tests/conftest.py): what is checked is the scheduler's machinery against
 independent references (each stream alone on an engine of its own, one forward per stream), not what a trained
-model sees.
+model sees. The random model answers every stream alike, so the answers' rows are checked with the bundled model,
+whose answers differ from stream to stream; a finished input's short last chunk is checked on a real file.
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ def test_batched_streams_equal_each_stream_alone(adapter):
     shared = Engine(_cfg(), adapter)
     together = _run(shared, PLANS, interleave=True)
     assert shared.forwards["encode"] < sum(s.ingest.blocks_encoded for s in together)  # batches of several streams
+    assert shared.batch_fallbacks == 0, "a batched forward raised and was redone one stream at a time"
+    # (the random checkpoint answers every stream alike: the bundled model's test below shows the answers' rows)
+    answers = [[o.text for o in _outputs(s) if o.kind == "answer"] for s in together]
     for k, plan in enumerate(PLANS):
         alone_engine = Engine(_cfg(), adapter, max_batch=1)
         alone = _run(alone_engine, [plan], interleave=False)[0]
@@ -83,9 +87,8 @@ def test_batched_streams_equal_each_stream_alone(adapter):
             for layer in range(len(x.keys)):
                 torch.testing.assert_close(x.keys[layer], y.keys[layer], atol=1e-4, rtol=1e-4)
                 torch.testing.assert_close(x.values[layer], y.values[layer], atol=1e-4, rtol=1e-4)
-        out_a, out_b = _outputs(together[k]), _outputs(alone)
-        answers_a = [o.text for o in out_a if o.kind == "answer"]
-        assert answers_a == [o.text for o in out_b if o.kind == "answer"] and len(answers_a) == 1
+        answers_b = [o.text for o in _outputs(alone) if o.kind == "answer"]
+        assert answers[k] == answers_b and len(answers_b) == 1
         if plan["watch"]:
             ra, rb = together[k].reasoning, alone.reasoning
             assert ra.probes_run == rb.probes_run > 0
@@ -93,6 +96,59 @@ def test_batched_streams_equal_each_stream_alone(adapter):
             assert sa == pytest.approx(sb, abs=1e-4)
         alone_engine.close()
     shared.close()
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    from streamvid.adapters.base import load_adapter
+    from streamvid.config import BUNDLED_MODEL
+
+    return load_adapter(str(BUNDLED_MODEL))
+
+
+def _clip_frames(clip: str, until_s: float) -> list[Frame]:
+    from streamvid.assets import demo_clip
+    from streamvid.sources import FileSource
+
+    return [f for f in iter(FileSource(demo_clip(clip), fps=2.0).read, None) if f.t_s < until_s]
+
+
+# three demo clips, different lengths (positions) and different questions: the bundled model answers each differently
+BUNDLED_PLANS = [("shapes_7", 8.0, "How many shapes are on screen?"), ("shapes_8", 6.0, "What colour is the circle?"),
+                 ("shapes_9", 10.0, "What shape is blue?")]
+
+
+def _bundled_answers(bundled, plans, max_batch: int | None = None) -> tuple[Engine, list]:
+    """Each plan's clip into a stream of one engine, a frame of every stream per round, then each its question."""
+    cfg = EngineConfig.from_settings(max_new_tokens=8)
+    engine = Engine(cfg, bundled, max_batch=max_batch)
+    streams = [engine.open() for _ in plans]
+    feeds = [_clip_frames(clip, until) for clip, until, _ in plans]
+    for i in range(max(len(f) for f in feeds)):
+        for s, feed in zip(streams, feeds):
+            if i < len(feed):
+                s.insert(feed[i])
+        engine.run_until_idle()
+    for s, (_, _, question) in zip(streams, plans):
+        s.ask(question)
+    engine.run_until_idle()
+    answers = [next(o for o in _outputs(s) if o.kind == "answer") for s in streams]
+    engine.close()
+    return engine, [(a.text, a.data["evidence_t_s"], a.data["retrieved_blocks"]) for a in answers]
+
+
+def test_batched_answers_of_the_bundled_model_are_each_streams_own(bundled):
+    """Three streams whose answers differ (different clips, lengths and questions), batched on one engine with no
+    fallback to one forward per stream: each answer equals that stream alone on an engine of its own, so rows that
+    were mixed up in a batched forward would give another stream's answer."""
+    shared, together = _bundled_answers(bundled, BUNDLED_PLANS)
+    assert shared.batch_fallbacks == 0, "a batched forward raised and was redone one stream at a time"
+    # 8, 6 and 10 s at 2 fps in chunks of 2 frames: 8 + 6 + 10 blocks, in 10 forwards (a chunk of every stream each)
+    assert shared.forwards["encode"] == 10 and shared.forwards["prefill"] == 1, shared.forwards
+    texts = [t for t, _, _ in together]
+    assert len(set(texts)) == len(texts), f"streams answered alike, a row mix-up would not show: {texts}"
+    for plan, got in zip(BUNDLED_PLANS, together):
+        assert got == _bundled_answers(bundled, [plan], max_batch=1)[1][0], plan
 
 
 def test_a_stream_flooded_with_questions_does_not_hold_up_another_streams_ingest(adapter):
@@ -183,9 +239,71 @@ def test_one_streams_bad_input_ends_that_stream_only(adapter):
     bad.insert(Frame(np.zeros((56, 56), np.uint8), 0.5, 1))
     engine.run_until_idle()
     assert bad.closed and bad.error is not None and bad.ended.is_set()
+    assert engine.batch_fallbacks == 1, "the two streams' chunks were one batched forward, redone stream by stream"
     assert not good.closed and good.ingest.blocks_encoded == 1
     for f in _frames(6, 2):
         good.insert(f)
     engine.run_until_idle()
     assert good.ingest.blocks_encoded == 2 and engine.streams() == [good]
     engine.close()
+
+
+@pytest.fixture(scope="module")
+def seven_frame_clip(tmp_path_factory):
+    """A 3.5 s, 10 fps, 56x56 clip: at 2 fps, 7 frames (t = 0, 0.5, ..., 3.0)."""
+    import av
+
+    path = tmp_path_factory.mktemp("clip") / "seven.mp4"
+    rng = np.random.default_rng(7)
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("libx264" if "libx264" in av.codecs_available else "mpeg4", rate=10)
+        s.width = s.height = 56
+        s.pix_fmt = "yuv420p"
+        for _ in range(35):
+            for p in s.encode(av.VideoFrame.from_ndarray(rng.integers(0, 256, (56, 56, 3), dtype=np.uint8),
+                                                         format="rgb24")):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    return path
+
+
+def _spans(blocks) -> list[tuple[float, float]]:
+    return [(round(b.t_start_s, 3), round(b.t_end_s, 3)) for b in sorted(blocks, key=lambda b: b.id)]
+
+
+def test_a_finished_inputs_short_last_chunk_is_encoded(adapter, seven_frame_clip):
+    """7 frames in chunks of 4, worked by hand: chunk 0 holds t = 0-1.5 s, chunk 1 the short rest, t = 2, 2.5 and
+    3 s, and covers up to 3.5 s (its last frame plus one frame period). A finished input encodes that short chunk:
+    stepped by hand (insert, finish), replayed (run_simulated) and read on the assistant's thread (start)."""
+    from streamvid.assistant import StreamingAssistant
+    from streamvid.sources import FileSource
+
+    cfg = _cfg(frames_per_chunk=4, window_tokens=10_000)  # every block stays in the window
+    expect = [(0.0, 2.0), (2.0, 3.5)]
+
+    engine = Engine(cfg, adapter)
+    stream = engine.open()
+    for f in _frames(8, 7):
+        stream.insert(f)
+        engine.run_until_idle()
+    assert _spans(stream.window.snapshot().blocks) == expect[:1] and not stream.ended.is_set()
+    stream.finish()
+    engine.run_until_idle()
+    assert stream.ended.is_set()
+    assert _spans(stream.window.snapshot().blocks) == expect, "the short last chunk was not encoded"
+    assert (stream.ingest.frames_in, stream.ingest.blocks_encoded, stream.ingest.pending_frames) == (7, 2, 0)
+    engine.close()
+
+    with StreamingAssistant(cfg, adapter=adapter) as sa:
+        sa.run_simulated(FileSource(seven_frame_clip, fps=2.0), [])
+        assert _spans(sa.window.snapshot().blocks) == expect, "replay: the short last chunk was not encoded"
+        stats = sa.stats()
+        assert (stats["frames_in"], stats["blocks_encoded"], stats["blocks_in_window"]) == (7, 2, 2)
+
+    with StreamingAssistant(cfg, adapter=adapter) as sa:
+        sa.start(FileSource(seven_frame_clip, fps=2.0))
+        assert sa.ingest_done.wait(60), "the input did not end"
+        assert _spans(sa.window.snapshot().blocks) == expect, "live: the short last chunk was not encoded"
+        stats = sa.stats()
+        assert (stats["frames_in"], stats["blocks_encoded"], stats["blocks_in_window"]) == (7, 2, 2)

@@ -13,6 +13,8 @@ from streamvid.assets import DEMO_VIDEOS
 from streamvid.config import BUNDLED_MODEL, EngineConfig
 from streamvid.budget import INT4_GROUP
 from streamvid.kv_compact import (
+    compact_tensors,
+    dequantize,
     dequantize_keys4,
     dequantize_values4,
     keep_indices,
@@ -22,6 +24,7 @@ from streamvid.kv_compact import (
     quantize_keys4,
     quantize_values,
     quantize_values4,
+    restore,
     unpack4,
 )
 from streamvid.kv_window import Block
@@ -42,14 +45,26 @@ def kv_block(i: int = 0, n: int = 40, dtype=torch.float32, layers: int = 3) -> B
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_int8_round_trip_within_half_a_step(dtype):
+    """Every element comes back within half a step of its group, the step taken from the original tensor (amax / 127
+    over the group: keys per head and channel over the tokens, values per head and token over the channels), not
+    from the scale the code computed; through the library's own way back (`dequantize`, and `compact_tensors` /
+    `restore`, which memory uses)."""
     b = kv_block(dtype=dtype)
-    for x, quant in ((b.keys[0], quantize_keys), (b.values[0], quantize_values)):
-        q, scale = quant(x)
-        assert q.dtype == torch.int8 and scale.dtype == torch.float16
-        back = q.float() * scale.float()
-        step = scale.float().expand_as(back)
-        # rounding to the nearest step, plus float16 rounding of the scale at the clamped ends
-        assert ((back - x.float()).abs() <= 0.5 * step + 2**-10 * x.float().abs() + 1e-7).all()
+    stored = compact_tensors(b, "int8")
+    for layer in range(len(b.keys)):
+        k_back, v_back = restore(stored, layer, "int8", torch.float32)
+        for x, quant, over, via_memory in ((b.keys[layer], quantize_keys, 2, k_back),
+                                           (b.values[layer], quantize_values, 3, v_back)):
+            q, scale = quant(x)
+            assert q.dtype == torch.int8 and scale.dtype == torch.float16
+            xf = x.float()
+            step = (xf.abs().amax(dim=over, keepdim=True) / 127).expand_as(xf)
+            assert (step > 2**-14).all(), "no group so small that the minimum scale applies"
+            for back in (dequantize(q, scale, torch.float32), via_memory):
+                # half a step, plus float16 rounding of the scale (2^-11 relative) and float32 rounding
+                err = (back - xf).abs()
+                assert (err <= 0.5 * step * (1 + 2**-10) + 1e-7).all(), \
+                    f"int8 error up to {(err / step).max():.4f} steps (at most half a step)"
     k_scale = quantize_keys(b.keys[0])[1]
     assert k_scale.shape == (1, 2, 1, 16), "one scale per head and channel"
     assert quantize_values(b.values[0])[1].shape == (1, 2, 40, 1), "one scale per head and token"
@@ -78,7 +93,9 @@ def test_int4_round_trip_within_half_a_step_of_each_group(dtype):
             step = (part.amax(dim, keepdim=True) - part.amin(dim, keepdim=True)) / 15
             # half a step, plus float16 rounding of the scale and minimum (and bfloat16 of the result)
             slack = 2**-9 * part.abs().amax(dim, keepdim=True) + (2**-8 * part.abs() if dtype == torch.bfloat16 else 0)
-            assert ((got - part).abs() <= 0.5 * step + slack + 1e-6).all()
+            err = (got - part).abs()
+            assert (err <= 0.5 * step + slack + 1e-6).all(), \
+                f"int4 error up to {(err / step).max():.4f} of its group's step (max - min) / 15"
 
 
 def test_int4_codes_pack_two_to_a_byte():

@@ -204,6 +204,44 @@ def test_openai_client_plain_and_streamed_answer_like_the_engine(server, http, s
     assert with_history.choices[0].message.content == expected["text"]
 
 
+def raw_chat(client: httpx.Client, sid: str, question: str, model: str = MODEL_ID) -> tuple[str, dict]:
+    """The raw bytes of a streamed chat completion (as text) and the plain reply's JSON, asked in one request each."""
+    body = {"model": model, "stream_id": sid, "messages": [{"role": "user", "content": question}]}
+    with client.stream("POST", "/v1/chat/completions", json={**body, "stream": True}) as r:
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        raw = b"".join(r.iter_bytes()).decode()
+    plain = client.post("/v1/chat/completions", json=body)
+    assert plain.status_code == 200, plain.text
+    return raw, plain.json()
+
+
+def check_sse(raw: str, text: str, finish: str) -> None:
+    """Server-sent events as an OpenAI client reads them: `data: ` lines, each event ended by a blank line; the
+    content pieces make `text`; the last chunk carries `finish`; the stream ends with `data: [DONE]` exactly once."""
+    assert raw.endswith("data: [DONE]\n\n"), f"the stream does not end with data: [DONE]: ...{raw[-80:]!r}"
+    events = raw[:-2].split("\n\n")
+    assert all(e.startswith("data: ") and "\n" not in e for e in events), raw
+    assert events.count("data: [DONE]") == 1 and events[-1] == "data: [DONE]"
+    chunks = [json.loads(e.removeprefix("data: ")) for e in events[:-1]]
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == text
+    assert [c["choices"][0]["finish_reason"] for c in chunks] == [None] * (len(chunks) - 1) + [finish]
+
+
+def test_raw_sse_ends_with_done_and_an_answer_cut_at_the_token_limit_finishes_with_length(server, http, stream,
+                                                                                          tiny_config, adapter):
+    """The random checkpoint does not stop by itself: the engine's own answer on the same frames runs to the
+    server's max_new_tokens (8), so the API must say "length", in the raw SSE bytes and in the plain reply."""
+    images = random_frames(4, seed=5)
+    push_frames(http, stream, images)
+    expected = engine_answer(tiny_config, adapter, images, "What do you see?")
+    assert expected["tokens"] == tiny_config.generation.max_new_tokens == 8, "precondition: cut at the limit"
+    raw, plain = raw_chat(http, stream, "What do you see?")
+    check_sse(raw, expected["text"], "length")
+    assert plain["choices"][0]["finish_reason"] == "length" and plain["choices"][0]["message"]["content"] == \
+        expected["text"]
+
+
 def test_tell_me_when_registers_a_trigger(server, http, stream):
     reply = oai(server[0]).chat.completions.create(
         model=MODEL_ID, extra_body={"stream_id": stream},
@@ -521,6 +559,23 @@ def test_bundled_model_answers_pushed_clip_frames_like_the_engine(bundled):
     assert (extra["t_s"], extra["evidence_t_s"], extra["retrieved_blocks"]) == \
         (expected["t_s"], expected["evidence_t_s"], expected["retrieved_blocks"])
     assert stats["frames_in"] == 52 and stats["frames_dropped"] == 0
+
+
+def test_raw_sse_of_an_answer_that_stops_by_itself_finishes_with_stop(bundled):
+    """The bundled model answers a count in fewer tokens than max_new_tokens (12) and stops (the engine's own answer
+    on the same frames says how many): "stop", in the raw SSE bytes, ending with data: [DONE], and the plain reply."""
+    url, engine = bundled
+    images = clip_images("shapes_7", 3.5)
+    with httpx.Client(base_url=url, timeout=120.0) as c:
+        sid = c.post("/v1/streams", json={"source": "push"}).json()["id"]
+        push_frames(c, sid, images)
+        raw, plain = raw_chat(c, sid, QUESTION, model="streamvid-tiny")
+        c.delete(f"/v1/streams/{sid}")
+    expected = engine_answer(BUNDLED, engine.adapter, images, QUESTION)
+    assert 0 < expected["tokens"] < BUNDLED.generation.max_new_tokens, "precondition: the model stopped itself"
+    check_sse(raw, expected["text"], "stop")
+    assert plain["choices"][0]["finish_reason"] == "stop" and plain["choices"][0]["message"]["content"] == \
+        expected["text"]
 
 
 # ---- the examples of docs/api.md, as written --------------------------------------------------------------------
