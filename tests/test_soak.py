@@ -37,13 +37,24 @@ def _fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+def _fd_targets() -> dict[str, str]:
+    """What each open descriptor points at (for a failure message)."""
+    out = {}
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            out[fd] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:  # closed meanwhile
+            pass
+    return out
+
+
 def test_three_hours_at_full_speed_stay_within_caps(adapter, tmp_path):
     n_frames = int(STREAM_S * FPS)
     palette = np.random.default_rng(0).integers(0, 256, (64, 56, 56, 3), dtype=np.uint8)
     source = SyntheticSource(lambda i, t: palette[(i * 7 + i // 5) % 64], fps=FPS, n_frames=n_frames)
     cfg = EngineConfig.from_settings(model="unused", fps=FPS, window_tokens=60, max_new_tokens=2, memory_ram_mb=RAM_MB,
                        memory_disk_mb=DISK_MB, memory_dir=str(tmp_path / "spill"), question_queue_size=4)
-    threads0, fds0 = threading.active_count(), _fds()
+    threads0, fds0, fd_targets0 = threading.active_count(), _fds(), _fd_targets()
     sa = StreamingAssistant(cfg, adapter=adapter)
     spill_dir = sa.memory.disk_dir
     sa.start(source)
@@ -78,10 +89,11 @@ def test_three_hours_at_full_speed_stay_within_caps(adapter, tmp_path):
     assert max(s[2] for s in hour) <= hour[0][2] + 2 and max(s[3] for s in hour) == hour[0][3]
     # stop leaves nothing behind
     assert not spill_dir.exists() and not any((tmp_path / "spill").iterdir())
-    deadline = time.monotonic() + 10
-    while threading.active_count() > threads0 and time.monotonic() < deadline:
+    deadline = time.monotonic() + 10  # threads and descriptors of the stream, and of earlier tests' last moments
+    while (threading.active_count() > threads0 or _fds() > fds0) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert threading.active_count() == threads0 and _fds() <= fds0
+    new_fds = {f: t for f, t in _fd_targets().items() if fd_targets0.get(f) != t}
+    assert threading.active_count() == threads0 and _fds() <= fds0, f"left open: {new_fds}"
     print(f"\nsoak: {STREAM_S / 3600:.0f} h of stream in {wall_s:.0f} s; RSS {hour[0][1]:.0f} -> "
           f"{samples[-1][1]:.0f} MB (max growth {rss_growth:.1f} MB after 1 h); blocks encoded "
           f"{stats['blocks_encoded']}, in RAM {stats['blocks_in_ram']} ({stats['memory_ram_mb']} MB), on disk "
