@@ -39,6 +39,7 @@ from streamvid.budget import Budgets, budgets
 from streamvid.config import EngineConfig
 from streamvid.embedders import embedder_name
 from streamvid.engine import Engine
+from streamvid.hearing import Hearing, hearing_for
 from streamvid.memory import LongTermMemory
 from streamvid.reasoning import Reasoning
 from streamvid.stream import BusyError
@@ -66,6 +67,7 @@ class StreamingAssistant:
         self._outputs = self.stream.outputs
         self._error_reported = False
         self._reader: threading.Thread | None = None
+        self.hearing: Hearing | None = None  # the stream's sound, when it has one (hearing.py)
         self._stopped = threading.Event()
         self._save_lock = threading.Lock()
 
@@ -86,6 +88,7 @@ class StreamingAssistant:
         self.ingest.source = source
         if hasattr(source, "on_status"):  # a camera/URL reports when it drops and comes back
             source.on_status = self._source_status
+        self.hearing = hearing_for(self.config, source, self.stream, replay=not getattr(source, "live", True))
         self.engine.start()
         self._reader = threading.Thread(target=self._read, args=(source,), name="streamvid-ingest", daemon=True)
         self._reader.start()
@@ -136,6 +139,8 @@ class StreamingAssistant:
             if source is not None:
                 source.close()  # ends a read that waits for a frame
             self._reader.join(timeout=self.config.join_timeout_s)
+        if self.hearing is not None:
+            self.hearing.close()
         saved = None
         try:
             if save_to is not None:  # consistent even while the scheduler commits a block (ingest's lock)
@@ -196,6 +201,7 @@ class StreamingAssistant:
                          [(t, text, "watch") for t, text in watches_at], key=lambda q: q[0])
         results: list[Output] = []
         self.ingest.source = source
+        self.hearing = hearing_for(self.config, source, self.stream, replay=True)
 
         def drain() -> None:
             self.engine.run_until_idle()
@@ -381,6 +387,9 @@ class StreamingAssistant:
             "memory_dropped": mem.dropped if mem else 0,
             "memory_index_rows": mem.index_rows if mem else 0,
             "questions_answered": self.reasoning.answered,
+            "audio_s_in": self.hearing.stats()["audio_s_in"] if self.hearing is not None else 0.0,
+            "utterances": self.stream.utterances,
+            "speech_blocks": self.ingest.speech_blocks,
             "batch_fallbacks": self.engine.batch_fallbacks,  # the engine's, all its streams together
             **self.reasoning.stats(),
             "peak_memory_mb": round(peak, 1),

@@ -193,7 +193,7 @@ def _run_live(sa, source, asks: list[tuple[float, str]], watches: list[tuple[flo
         for out in sa.outputs(timeout_s=0.2):
             if out.kind == "answer":
                 answered += 1
-            if out.kind in ("answer", "alert", "say", "status"):
+            if out.kind in ("answer", "alert", "say", "status", "transcript"):
                 _print(out.to_json())
 
 
@@ -262,10 +262,18 @@ def cmd_synth(args: argparse.Namespace) -> int:
     from streamvid.config import BUNDLED_MODEL
     from streamvid.synth.episodes import write_dataset
     from streamvid.synth.world import FRAME_PX, cell_grid
+    from streamvid.voices import INSTALL, available_voices, load_voice
 
     # one world cell per merged vision token of the bundled model (28 px: a 112-px frame is 4 x 4 cells)
     grid = cell_grid(json.loads((BUNDLED_MODEL / "processor_config.json").read_text()), FRAME_PX)
-    for path in write_dataset(args.seed, args.minutes, args.out, fps=args.fps, size=FRAME_PX, grid=grid):
+    voices = []
+    if args.speech == "auto":  # every installed voice (or the one named): a line is spoken by one of their variants
+        voices = [load_voice(name) for name in (available_voices() if args.voice == "all" else [args.voice])]
+        if not voices:
+            print(f"streamvid synth: no voice installed ({INSTALL['espeak-ng']}, or {INSTALL['piper']}): "
+                  "writing streams without a speech track", file=sys.stderr)
+    for path in write_dataset(args.seed, args.minutes, args.out, fps=args.fps, size=FRAME_PX, grid=grid,
+                              voices=voices):
         print(path)
     return 0
 
@@ -358,6 +366,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--minutes", type=float, required=True)
     s.add_argument("--out", type=Path, required=True)
     s.add_argument("--fps", type=float, default=2.0)
+    s.add_argument("--speech", choices=("auto", "off"), default="auto",
+                   help="auto (default): a speech track of short spoken lines, gold in the timeline, with speech "
+                        "questions, when a voice is installed; off: video only, as before")
+    s.add_argument("--voice", choices=("all", "piper", "espeak-ng"), default="all",
+                   help="who speaks: every installed voice (default), or one (piper: pip install 'streamvid[voice]'; "
+                        "espeak-ng: apt-get install espeak-ng)")
     s.set_defaults(func=cmd_synth)
 
     t = sub.add_parser("train-tiny", help="train the bundled ShapesWorld model (resumable: --resume DIR)")

@@ -217,6 +217,10 @@ class EngineConfig(_Section):
     frames_per_chunk: int = opt(2, "frames_per_chunk", None, "positive")  # a multiple of the temporal patch
     frame_px: int | None = opt(None, "frame_px", "resize frames to N x N first (default: the size the model was "
                                                  "trained at when its folder says, else the source's)", metavar="N")
+    audio: str = opt("auto", "audio", "hear a source's sound: auto (transcribe it when the source has an audio "
+                     "track) or off", choices=("auto", "off"))
+    asr: str = opt("whisper-tiny.en", "asr", "speech recogniser: whisper-tiny.en (offline, the default), "
+                   "pocketsphinx, or a transformers speech-recognition model (HF id or directory)", metavar="ASR")
     read_timeout_s: float = opt(0.5, "read_timeout_s", None, "positive")  # how long one ingest step waits for a frame
     join_timeout_s: float = opt(2.0, "join_timeout_s", None, "positive")
     window: WindowConfig = field(default_factory=WindowConfig)
@@ -234,6 +238,10 @@ class EngineConfig(_Section):
         super().__post_init__()
         if self.frame_px is not None and self.frame_px < 28:
             raise ValueError(f"frame_px must be >= 28 (two merged patches), got {self.frame_px}")
+        if self.audio not in ("auto", "off"):
+            raise ValueError(f"audio must be auto or off, got {self.audio!r}")
+        if not self.asr.strip():
+            raise ValueError("asr must name a speech recogniser, got an empty string")
 
     @classmethod
     def from_settings(cls, **settings) -> EngineConfig:

@@ -50,6 +50,7 @@ from streamvid.adapters.base import VideoLLMAdapter, adapter_for
 from streamvid.budget import budgets
 from streamvid.config import EngineConfig
 from streamvid.embedders import make_embedder
+from streamvid.ingest import speech_line
 from streamvid.kv_window import Block
 from streamvid.positions import concat
 from streamvid.stream import Decoding, Stream
@@ -238,9 +239,15 @@ class Engine:
                 self._guard(s, s.release)
 
     def run_until_idle(self) -> None:
-        """Step until no stream has work left (a replay's way to let every inserted frame be encoded and decided)."""
-        while self.step():
-            pass
+        """Step until no stream has work left (a replay's way to let every inserted frame be encoded and decided),
+        waiting while a replay's frames wait for their sound to be transcribed (`Stream.waiting_for_sound`)."""
+        while True:
+            self._work.clear()
+            if self.step():
+                continue
+            if not any(s.waiting_for_sound for s in self.streams()):
+                return
+            self._work.wait(self.config.read_timeout_s)
 
     def _answer(self, streams: list[Stream], budget: int) -> tuple[bool, int]:
         """Step 1 (module docstring): True if anything was decoded or prefilled, and the budget left."""
@@ -300,19 +307,26 @@ class Engine:
             s.reasoning.offer("".join(d.pieces), s.emit)
 
     def _ingest(self, streams: list[Stream], budget: int) -> tuple[bool, int]:
-        """Step 2: True if chunks were encoded, and the budget left."""
+        """Step 2: True if speech blocks or chunks were encoded, and the budget left. An utterance due before a
+        stream's next chunk is encoded first, in its own short text forward (utterances are rare and short)."""
+        spoke = False
+        for s in streams:
+            if s.ingest.speech_due and not s.closed and (not spoke or s.ingest.speech_tokens() <= budget):
+                budget -= s.ingest.speech_tokens()
+                spoke = True
+                self._guard(s, self._speak, s)
         ready = []
         for s in streams:
             if len(ready) == self.max_batch:
                 break
-            if s.ingest.chunks_waiting and not s.closed:
+            if s.ingest.chunk_ready and not s.closed:
                 cost = s.ingest.job_tokens
                 if ready and cost > budget:
                     break  # the next streams' chunks wait for the next step (round-robin: they come first then)
                 ready.append(s)
                 budget -= cost
         if not ready:
-            return False, budget
+            return spoke, budget
         jobs = {s: s.ingest.jobs() for s in ready}
 
         def encode(group: list[Stream]) -> None:
@@ -326,6 +340,12 @@ class Engine:
 
         self._batched(ready, "encode", encode)
         return True, budget
+
+    def _speak(self, s: Stream) -> None:
+        """One utterance of `s` into its window as a speech block; speech triggers hear it."""
+        encoded = self.adapter.encode_text(speech_line(s.ingest.next_utterance), s.ingest.speech_context())
+        block = s.ingest.commit_speech(encoded)
+        s.reasoning.hear(block, s.emit)
 
     def _decide(self, streams: list[Stream], budget: int) -> bool:
         """Step 3: True if anything was probed or a narration look started."""

@@ -12,6 +12,13 @@ block exactly once. Chunks are encoded on the stream's own copy of sinks + windo
 
 Stream time: frames keep their source's time plus `t_offset_s`, the session time at which this input started
 (0 for a fresh session; where the previous run ended for a resumed one).
+
+Speech: utterances heard in the stream's sound (audio/listener.py) wait in `hear`'s queue and become speech blocks
+(`speech_job`, `commit_speech`): the words as one line of text (`speech_line`) encoded on the window like a chunk,
+in time order among the chunks: an utterance goes in before the first waiting chunk that starts after it ends.
+When `wait_for_sound` is set (a replay), a chunk also waits until the sound has been heard up to its start
+(`heard`), so a replay lays speech and frames out the same way whatever the recogniser's speed; live, nothing
+waits for the recogniser and an utterance goes in as soon as it is transcribed.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from streamvid.kv_window import Block, KVWindow
 from streamvid.memory import LongTermMemory
 from streamvid.positions import concat, move_block
 from streamvid.retrieval import default_memory_encoding
-from streamvid.types import ChunkJob, Encoded, Frame
+from streamvid.types import ChunkJob, Context, Encoded, Frame, Utterance
 from streamvid.window_buffer import WindowBuffer
 
 
@@ -52,6 +59,11 @@ class Ingest:
         self._next_id = 0
         self._buffer = WindowBuffer()  # the context chunks are encoded on, appended in place (window_buffer.py)
         self.lock = threading.Lock()
+        self._speech: deque[Utterance] = deque()  # heard, not in the window yet, in time order
+        self.wait_for_sound = False  # a replay: a chunk waits until the sound is heard up to its start
+        self.input_ended = False  # no more frames will come (the stream is finishing)
+        self.heard_until_s = float("inf")  # stream time up to which the sound has been transcribed (session clock)
+        self.speech_blocks = 0
         self.t_offset_s = 0.0
         self.latest_t_s = 0.0
         self.frames_in = 0
@@ -80,6 +92,74 @@ class Ingest:
     def chunks_waiting(self) -> int:
         """Complete chunks not encoded yet."""
         return len(self._ready)
+
+    @property
+    def chunk_ready(self) -> bool:
+        """The oldest waiting chunk may be encoded now: no utterance has to go before it, and (wait_for_sound) the
+        sound is heard up to its start."""
+        if not self._ready:
+            return False
+        start = self._ready[0][0].t_s
+        if self._speech and self._speech[0].t_end_s <= start:
+            return False
+        return not self.wait_for_sound or self.heard_until_s >= start - 1e-6
+
+    def hear(self, utterance: Utterance) -> None:
+        """An utterance for the window (scheduler's thread): its times are the input's, like a frame's."""
+        if self.t_offset_s:
+            utterance = dataclasses.replace(utterance, t_s=utterance.t_s + self.t_offset_s,
+                                            t_end_s=utterance.t_end_s + self.t_offset_s)
+        self._speech.append(utterance)
+
+    def heard(self, t_s: float) -> None:
+        """The sound is transcribed up to input time `t_s` (infinity: it has ended)."""
+        self.heard_until_s = t_s + self.t_offset_s
+
+    @property
+    def speech_due(self) -> bool:
+        """An utterance goes into the window before anything else waiting: it ended before the next chunk starts
+        (the chunk still being filled counts: its first frame is known)."""
+        if not self._speech:
+            return False
+        first = self._ready[0] if self._ready else self._pending
+        if not first:  # live: now; a replay: once the next frame shows where it goes (or the input has ended)
+            return not self.wait_for_sound or self.input_ended
+        return self._speech[0].t_end_s <= first[0].t_s
+
+    @property
+    def next_utterance(self) -> Utterance:
+        return self._speech[0]
+
+    @property
+    def speech_waiting(self) -> int:
+        return len(self._speech)
+
+    def speech_tokens(self) -> int:
+        """What the next speech block will cost a step's token budget (estimated from its characters)."""
+        return len(speech_line(self._speech[0])) // 2 if self._speech else 0  # (an estimate: ~2+ characters a token)
+
+    def speech_context(self) -> Context:
+        """The context the next speech block is encoded on: sinks + window."""
+        snap = self.window.snapshot()
+        return self._buffer.context(snap, room=0)
+
+    def commit_speech(self, encoded: Encoded) -> Block:
+        """The oldest utterance's speech block from its `encode_text` on `speech_context()`: into the window (the
+        blocks it evicts into memory), emitted nowhere (the stream emits the transcript when it is heard)."""
+        utt = self._speech.popleft()
+        snap = self.window.snapshot()
+        vector = self.embedder.question_vector(speech_line(utt))  # the words, in the space questions are in
+        with self.lock:
+            block = Block(id=self._next_id, t_start_s=utt.t_s, t_end_s=utt.t_end_s, keys=encoded.keys,
+                          values=encoded.values, pos_start=snap.next_pos, pos_span=encoded.pos_span,
+                          vector=vector, speech=utt.text)
+            self._next_id += 1
+            self._buffer.append(block)
+            for old in self.window.append(block):
+                if self.memory is not None:
+                    self.memory.add(old.for_memory())
+        self.speech_blocks += 1
+        return block
 
     @property
     def pending_frames(self) -> int:
@@ -183,3 +263,9 @@ class Ingest:
                 "ingest_frames_per_s": self.frames_in / self.encode_s if self.encode_s else None,
                 "window_buffer_mb": round(self._buffer.nbytes / 2**20, 3)}
 
+
+
+def speech_line(utterance: Utterance) -> str:
+    """How an utterance reads in the context, among the video chunks: one timestamped line of text."""
+    t = int(utterance.t_s)
+    return f"\n[{t // 60:02d}:{t % 60:02d}] speech: {utterance.text}\n"

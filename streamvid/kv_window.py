@@ -20,7 +20,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Block:
-    """The KV of one encoded segment: a video chunk, or the sinks."""
+    """The KV of one encoded segment: a video chunk, a speech block (an utterance's words, `speech`), or the
+    sinks."""
 
     id: int
     t_start_s: float
@@ -34,6 +35,7 @@ class Block:
     # (keys, values) that long-term memory stores instead of keys/values (the chunk encoded after the sinks
     # alone, memory_encoding "sinks"); None: memory stores keys/values
     memory_kv: tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]] | None = None
+    speech: str | None = None  # a speech block's words (what was heard from t_start_s to t_end_s); None: video
 
     @property
     def n_tokens(self) -> int:

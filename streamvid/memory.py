@@ -36,6 +36,7 @@ import torch
 
 from streamvid.kv_compact import KINDS, compact_tensors, prune, restore
 from streamvid.kv_window import Block
+from streamvid.speech_index import SpeechIndex
 
 SHARD_MB = 256.0  # a shard file is closed once it holds this much (at most a quarter of the disk cap)
 
@@ -73,6 +74,7 @@ class StoredBlock:
     n_layers: int
     buf: torch.Tensor = field(repr=False)  # (bytes,) uint8 on the host, pinned when it came from CUDA
     layout: dict = field(repr=False)  # name -> (safetensors dtype, shape, [start, end)) within buf
+    speech: str | None = None  # a speech block's words (kv_window.Block.speech)
 
     @property
     def nbytes(self) -> int:
@@ -112,7 +114,7 @@ class StoredBlock:
         else:
             buf = packed
         return cls(block.id, block.t_start_s, block.t_end_s, block.pos_start, block.pos_span, vector, kind, dtype,
-                   len(block.keys), buf, layout)
+                   len(block.keys), buf, layout, block.speech)
 
     def to_block(self, device: torch.device | str | Sequence[torch.device | str] = "cpu") -> Block:
         """The block in its original dtype; `device` one for all layers, or one per layer (a device_map)."""
@@ -128,12 +130,14 @@ class StoredBlock:
             keys.append(k)
             values.append(v)
         return Block(self.id, self.t_start_s, self.t_end_s, tuple(keys), tuple(values), self.pos_start,
-                     self.pos_span, self.vector)
+                     self.pos_span, self.vector, speech=self.speech)
 
     def record(self) -> bytes:
         """The block as a .safetensors file: header (tensors, and metadata under "block"), then the buffer."""
         meta = {"id": self.id, "t_start_s": self.t_start_s, "t_end_s": self.t_end_s, "pos_start": self.pos_start,
                 "pos_span": self.pos_span, "n_layers": self.n_layers, "kind": self.kind, "dtype": self.dtype}
+        if self.speech is not None:
+            meta["speech"] = self.speech
         header = {name: {"dtype": d, "shape": list(shape), "data_offsets": list(span)}
                   for name, (d, shape, span) in self.layout.items()}
         header["__metadata__"] = {"block": json.dumps(meta)}
@@ -153,7 +157,7 @@ class StoredBlock:
         kind = meta.get("kind", "float")  # records without a kind hold the block as it was
         dtype = meta.get("dtype") or str(_TORCH_DTYPES[layout["k0"][0]]).removeprefix("torch.")
         return cls(meta["id"], meta["t_start_s"], meta["t_end_s"], meta["pos_start"], meta["pos_span"], vector,
-                   kind, dtype, meta["n_layers"], buf, layout)
+                   kind, dtype, meta["n_layers"], buf, layout, meta.get("speech"))
 
 
 def _views(buf: torch.Tensor, layout: dict) -> dict[str, torch.Tensor]:
@@ -192,6 +196,7 @@ class LongTermMemory:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)  # RAM over the cap, a spill done, or closing
         self._index = faiss.IndexIDMap(faiss.IndexFlatIP(dim))  # one entry per row, under its block's id
+        self.speech = SpeechIndex(dim)  # the speech blocks: searched by their words and vectors, apart
         self._rows = 1  # the most rows any block has (search asks FAISS for k x this many entries)
         self._ram: dict[int, StoredBlock] = {}  # id -> block (insertion order = time order)
         self._disk: dict[int, tuple[int, int, int]] = {}  # id -> (shard number, offset, length), time order
@@ -217,7 +222,10 @@ class LongTermMemory:
         with self._lock:
             self._raise_spill_error()
             self._insert(stored)
-            self._index.add_with_ids(rows, np.full(len(rows), stored.id, dtype=np.int64))
+            if block.speech is not None:
+                self.speech.add(stored.id, block.speech, rows)
+            else:
+                self._index.add_with_ids(rows, np.full(len(rows), stored.id, dtype=np.int64))
             if self._ram_used > self.ram_bytes:
                 self._start_spiller()
                 self._changed.notify_all()
@@ -234,8 +242,8 @@ class LongTermMemory:
             self._rows = max(self._rows, len(rows))
 
     def search(self, vector: np.ndarray, k: int) -> list[tuple[int, float]]:
-        """The k stored blocks whose best row best matches `vector`: [(id, score of that row)], best first.
-        Exact: the k x rows best entries hold the best row of at least k blocks."""
+        """The k stored video blocks whose best row best matches `vector`: [(id, score of that row)], best first.
+        Exact: the k x rows best entries hold the best row of at least k blocks. (Speech blocks: `speech`.)"""
         with self._lock:
             if k <= 0 or self._index.ntotal == 0:
                 return []
@@ -299,7 +307,8 @@ class LongTermMemory:
                 else:
                     (out_dir / name).write_bytes(self._read_record(*self._disk[block_id]))
                 start, end = self._meta[block_id]
-                entries.append({"id": block_id, "file": name, "t_start_s": start, "t_end_s": end})
+                entries.append({"id": block_id, "file": name, "t_start_s": start, "t_end_s": end}
+                               | ({"speech": True} if block_id in self.speech else {}))
             faiss.write_index(self._index, str(out_dir / "index.faiss"))
             meta = {"dim": self.dim, "dropped": self._dropped, "blocks": entries}
         (out_dir / "memory.json").write_text(json.dumps(meta))
@@ -319,7 +328,8 @@ class LongTermMemory:
         if not isinstance(flat, faiss.IndexFlatIP):
             raise ValueError(f"index.faiss holds a {type(index).__name__}, expected an IndexIDMap of an IndexFlatIP")
         row_ids = faiss.vector_to_array(index.id_map)
-        if index.d != meta["dim"] or set(row_ids.tolist()) != set(ids):
+        speech_ids = {e["id"] for e in meta["blocks"] if e.get("speech")}
+        if index.d != meta["dim"] or set(row_ids.tolist()) != set(ids) - speech_ids:
             raise ValueError(f"memory index ({index.ntotal} vectors of dim {index.d}) does not match its "
                              f"{len(ids)} blocks of dim {meta['dim']}")
         mem = cls(meta["dim"], ram_mb, disk_mb, disk_dir, **options)
@@ -335,6 +345,8 @@ class LongTermMemory:
                 if block.id != e["id"]:
                     raise ValueError(f"{e['file']} holds block {block.id}, expected {e['id']}")
                 mem._insert(block, (e["t_start_s"], e["t_end_s"]))
+                if block.speech is not None:
+                    mem.speech.add(block.id, block.speech, block.vector)
             if mem._ram_used > mem.ram_bytes:
                 mem._start_spiller()
                 mem._changed.notify_all()
@@ -429,6 +441,7 @@ class LongTermMemory:
             block_id = next(iter(self._disk))
             shard_no, _, _ = self._disk.pop(block_id)
             self._index.remove_ids(np.array([block_id], dtype=np.int64))
+            self.speech.remove(block_id)
             start, _ = self._meta.pop(block_id)
             self._starts.remove((start, block_id))
             self._dropped += 1

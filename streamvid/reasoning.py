@@ -33,7 +33,8 @@ from streamvid.kv_window import Block, KVWindow, WindowSnapshot
 from streamvid.memory import LongTermMemory
 from streamvid.positions import layout
 from streamvid.proactive import ChangeGate, FiringRule, NarrationPolicy
-from streamvid.scope import about_now
+from streamvid.scope import about_now, about_speech
+from streamvid.speech_triggers import Heard, heard_condition
 from streamvid.types import Alert, Answer, Context, Narration, Output, ProbeResult, Question, Token
 
 _NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
@@ -70,6 +71,7 @@ class Trigger:
     alerts: int = 0
     streak_start_s: float | None = None  # start of the first chunk of the current positive streak
     tokens: int = 0  # its probe prompt's tokens: what a probe of it costs a step's token budget
+    heard: Heard | None = None  # a condition on what is heard: decided on each utterance, never probed
 
     def describe(self) -> dict:
         th = self.rule.thresholds
@@ -214,6 +216,7 @@ class Reasoning:
         # a trigger gets: what benchmarks/trigger_sweep.py records to choose the firing rule
         self.on_score: Callable[[str, float, float, np.ndarray | None], None] | None = None
         self.remarks = 0
+        self._last_speech_s: float | None = None  # where the last utterance heard ended ("someone speaks")
 
     # ---- questions --------------------------------------------------------------------------------------
     def begin(self, q: Question, emit: Emit | None = None, snap: WindowSnapshot | None = None) -> Answering | Output:
@@ -224,10 +227,13 @@ class Reasoning:
         request = parse_request(q.text)
         if request is not None:
             rule = FiringRule(self.config.triggers.thresholds())
-            tokens = limits.prompt_tokens(self.adapter, request.probe.question)
-            self.triggers.add(Trigger(q.id, request.condition, request.probe, rule, once=not request.repeat,
-                                      created_t_s=q.t_s, tokens=tokens))
-            ack = Answer(q.id, acknowledgement(request), q.text, round(q.t_s, 3), round(q.t_s - self.t_offset_s, 3),
+            heard = heard_condition(request.condition)
+            probe = heard.probe if heard is not None else request.probe
+            tokens = 0 if heard is not None else limits.prompt_tokens(self.adapter, probe.question)
+            self.triggers.add(Trigger(q.id, request.condition, probe, rule, once=not request.repeat,
+                                      created_t_s=q.t_s, tokens=tokens, heard=heard))
+            said = f"OK, I will tell you {'every time' if request.repeat else 'when'} {request.condition}."
+            ack = Answer(q.id, said if heard is not None else acknowledgement(request), q.text, round(q.t_s, 3), round(q.t_s - self.t_offset_s, 3),
                          round(1000 * (time.perf_counter() - q.asked_s), 1), 0, None, [], [], trigger_id=q.id)
             self.answered += 1
             if emit is not None:
@@ -367,9 +373,9 @@ class Reasoning:
 
     def _plan(self, emit: Emit) -> _Round | None:
         snap = self.window.snapshot()
-        if not snap.blocks or snap.blocks[-1].id == self._seen_block:
+        block = next((b for b in reversed(snap.blocks) if b.speech is None), None)  # the newest chunk
+        if block is None or block.id == self._seen_block:
             return None
-        block = snap.blocks[-1]
         self._seen_block = block.id
         t_s = max(block.t_start_s, block.t_end_s - 1.0 / self.config.fps)  # the chunk's last frame
         hz = self.config.triggers.decision_hz
@@ -377,7 +383,7 @@ class Reasoning:
             return None
         self._last_decision_s = t_s
         r = _Round(block, t_s, scene_features(block))
-        active = self.triggers.active()
+        active = [tr for tr in self.triggers.active() if tr.heard is None]
         if active:
             if self.gate.should_look(r.scene, t_s):
                 self.gate.look(r.scene, t_s)
@@ -416,6 +422,22 @@ class Reasoning:
         emit(Alert(tr.id, tr.condition, round(r.t_s, 3), round(score, 4),
                    [[round(start, 2), round(r.block.t_end_s, 2)]], tr.probe.statement))
 
+    def hear(self, block: Block, emit: Emit) -> None:
+        """A speech block has entered the window: the triggers on what is heard that its words meet fire, at the
+        end of the utterance, with its words as "heard"."""
+        quiet_s = block.t_start_s - self._last_speech_s if self._last_speech_s is not None else float("inf")
+        self._last_speech_s = max(block.t_end_s, self._last_speech_s or 0.0)
+        for tr in self.triggers.active():
+            if tr.heard is None or not tr.heard.matches(block.speech, quiet_s):
+                continue
+            tr.score, tr.score_t_s = 1.0, block.t_end_s
+            tr.alerts += 1
+            self.alerts += 1
+            if tr.once:
+                self.triggers.remove(tr.id)
+            emit(Alert(tr.id, tr.condition, round(block.t_end_s, 3), 1.0,
+                       [[round(block.t_start_s, 2), round(block.t_end_s, 2)]], tr.probe.statement, heard=block.speech))
+
     def stats(self) -> dict:
         return {"triggers_active": len(self.triggers), "probes_run": self.probes_run,
                 "probes_skipped": self.probes_skipped, "probe_forwards": self.probe_forwards,
@@ -437,7 +459,10 @@ class Reasoning:
         if times:  # the question says when to look: the blocks at those times, not the nearest vectors
             ids = [i for t in times for i in self.memory.ids_at(t, pad_s=chunk_s / 2)]
         else:
-            ids = [i for i, _ in self.memory.search(self.embedder.question_vector(q.text), k)]
+            vector = self.embedder.question_vector(q.text)
+            # about what was said: the speech blocks saying its words (or nearest to it) first
+            ids = self.memory.speech.search(q.text, vector, k) if about_speech(q.text) else []
+            ids += [i for i, _ in self.memory.search(vector, k)]
         in_window = {b.id for b in snap.blocks}  # evicted after the snapshot was taken: already in the context
         unique = [i for i in dict.fromkeys(ids) if i not in in_window][:k]
         devices = [k.device for k in snap.sinks.keys]  # one per layer (a device_map may spread them)

@@ -39,3 +39,15 @@ def about_now(text: str) -> bool:
     """True when `text` asks about the present moment only (see the module docstring)."""
     flat = " ".join(text.replace("\u2019", "'").split())
     return bool(_NOW.search(flat)) and not _PAST.search(flat)
+
+
+_SPEECH = re.compile(
+    r"\b(?:say|says|said|saying|tell|told|telling|hear|heard|hearing|speak|speaks|spoke|spoken|speaking|talk|talks|"
+    r"talked|talking|mention|mentions|mentioned|word|words|shout|shouted|yell|yelled|call|called|ask|asked|announce|"
+    r"announced|speech|voice|sound|sounds)\b|[\"“”]", re.IGNORECASE)
+
+
+def about_speech(text: str) -> bool:
+    """True when `text` asks about what was said or heard ("what did she say about the keys?", "when was 'seven'
+    said?"): memory's speech blocks are searched for it first (speech_index.py)."""
+    return bool(_SPEECH.search(text.replace("\u2019", "'")))

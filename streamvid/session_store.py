@@ -178,7 +178,7 @@ def _write_window(sinks: Block, blocks: tuple[Block, ...], path: Path) -> None:
             tensors[f"b{j}.mk{i}"] = k.detach().cpu().contiguous()
             tensors[f"b{j}.mv{i}"] = v.detach().cpu().contiguous()
         entries.append({"id": b.id, "t_start_s": b.t_start_s, "t_end_s": b.t_end_s, "pos_start": b.pos_start,
-                        "pos_span": b.pos_span, "layers": len(b.keys)})
+                        "pos_span": b.pos_span, "layers": len(b.keys)} | ({"speech": b.speech} if b.speech else {}))
     save_file(tensors, str(path), metadata={"blocks": json.dumps(entries)})
 
 
@@ -274,7 +274,7 @@ def _read_window(path: Path) -> list[Block]:
                          tuple(f.get_tensor(f"b{j}.mv{i}") for i in range(n)))
             blocks.append(Block(id=e["id"], t_start_s=e["t_start_s"], t_end_s=e["t_end_s"], keys=keys,
                                 values=values, pos_start=e["pos_start"], pos_span=e["pos_span"], vector=vector,
-                                memory_kv=alone))
+                                memory_kv=alone, speech=e.get("speech")))
     return blocks
 
 

@@ -184,15 +184,17 @@ META_JSON = {
 }
 MEMORY_JSON = {  # memory/memory.json (LongTermMemory.snapshot)
     "dim": integer(1, 2**20), "dropped": integer(0, MAX_ID),
-    "blocks": list_of({"id": ID, "file": text(64, _BLOCK_FILE), "t_start_s": TIME, "t_end_s": TIME}, 10_000_000),
+    "blocks": list_of({"id": ID, "file": text(64, _BLOCK_FILE), "t_start_s": TIME, "t_end_s": TIME,
+                       "speech?": boolean}, 10_000_000),
 }
 WINDOW_ENTRY = {  # one block of window.safetensors' "blocks" metadata (the sinks first, id -1)
     "id": integer(-1, MAX_ID), "t_start_s": TIME, "t_end_s": TIME, "pos_start": integer(0, MAX_POS),
-    "pos_span": integer(0, MAX_POS), "layers": LAYERS,
+    "pos_span": integer(0, MAX_POS), "layers": LAYERS, "speech?": text(MAX_TEXT),
 }
 MEMORY_BLOCK = {  # the "block" metadata of a memory block file (memory.StoredBlock.record)
     "id": ID, "t_start_s": TIME, "t_end_s": TIME, "pos_start": integer(0, MAX_POS), "pos_span": integer(0, MAX_POS),
     "n_layers": LAYERS, "kind?": text(16, re.compile("|".join(MEMORY_KINDS))), "dtype?": text(32),
+    "speech?": text(MAX_TEXT),
 }
 _SCALES = {"float": (), "int8": ("ks", "vs"), "int4": ("ks", "kz", "vs", "vz")}  # kv_compact.compact_tensors
 _ST_NAMES = {"float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16"}

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
+from streamvid.audio.pcm import AudioChunk, file_audio
 from streamvid.decoding import Sampler, decode_frames, open_container
 from streamvid.types import Frame
 
@@ -244,11 +245,20 @@ class FileSource(_Source):
         if t_start_s > 0:
             container.seek(int(origin_s / stream.time_base), stream=stream)  # lands on a keyframe at or before
         end_s = None if t_end_s is None else t_end_s - t_start_s
+        self._sound = (origin_s, end_s) if container.streams.audio else None
         frames = decode_frames(container, fps, size, self.path, origin_s, end_s, max_frame_pixels=max_frame_pixels)
         if realtime:  # the reader thread closes the container when it ends
             self._impl = _Pump(frames, self.path, pace=True, on_exit=container.close)
         else:
             self._impl = _Replay(frames, on_close=container.close)
+
+
+    def sound(self) -> Iterator[AudioChunk] | None:
+        """The file's sound on the frames' clock (audio/pcm.file_audio, decoded on its own), or None when it has no
+        audio track."""
+        if self._sound is None:
+            return None
+        return file_audio(self.path, origin_s=self._sound[0], end_s=self._sound[1])
 
 
 class LiveSource(_Source):

@@ -6,14 +6,16 @@ and runs it batched. A stream is what a caller feeds and asks:
     stream.insert(frame)         # frames in (waits while the stream's bounded inbox is full)
     stream.ask(question)         # on the bounded questions queue
     stream.finish()              # no more frames: the last chunk is encoded, short
-    stream.outputs               # answers, tokens, alerts, remarks, status: a queue
+    stream.hear(utterance)       # words heard in its sound (audio/listener.py): a transcript, then a speech block
+    stream.outputs               # answers, tokens, alerts, remarks, transcripts, status: a queue
 
 and what the scheduler steps, through the methods in the "scheduler" section below: frames from the inbox into
 chunks (`take_frames`), the oldest chunk's encode jobs and their results (`ingest.jobs`, `ingest.commit`), the
 next question (`next_question`), trigger probes and narration (`reasoning`), the answer or look being decoded
 (`decoding`).
 
-Thread contract: `insert`, `finish`, `ask`, `put`, `watch`, `schedule`, `unwatch`, `close` and the properties from
+Thread contract: `insert`, `finish`, `hear`, `heard`, `ask`, `put`, `watch`, `schedule`, `unwatch`, `close` and the
+properties from
 any thread; the scheduler section from the engine's scheduler thread only (or the caller's thread when it steps
 the engine itself, as a replay does). `on_work` (set by the engine) is called after anything that gives the
 scheduler work.
@@ -41,7 +43,8 @@ from streamvid.kv_window import Block, KVWindow, WindowSnapshot
 from streamvid.memory import LongTermMemory
 from streamvid.proactive import FiringRule
 from streamvid.reasoning import Answering, Reasoning, Trigger
-from streamvid.types import Frame, Output, Question
+from streamvid.speech_triggers import heard_condition
+from streamvid.types import Frame, Output, Question, Transcript, Utterance
 
 
 class BusyError(RuntimeError):
@@ -83,6 +86,9 @@ class Stream:
         self.decoding: Decoding | None = None  # the answer or narration look being decoded (scheduler's)
         self._lock = threading.Condition()  # guards the inbox, the questions, and the flags below
         self._inbox: deque[Frame] = deque()
+        self._heard: deque[Utterance] = deque()  # utterances for the window, not taken by the scheduler yet
+        self._heard_until: float | None = None  # the listener's latest `heard`, not taken yet
+        self.utterances = 0
         self._inbox_size = 2 * config.frames_per_chunk  # frames not yet taken into chunks (one chunk ahead)
         self._questions: deque[tuple[Question, WindowSnapshot | None]] = deque()
         self._scheduled: list[tuple[float, str, bool]] = []  # (stream time, text, is a watch), by time
@@ -109,6 +115,25 @@ class Stream:
             self.last_frame_s = time.monotonic()
         self.on_work()
         return True
+
+    def hear(self, utterance: Utterance) -> None:
+        """Words heard in the stream's sound (input times, like frames): a {"type": "transcript"} output now, and a
+        speech block in the window at the scheduler's next step."""
+        with self._lock:
+            if self.closed:
+                return
+            self._heard.append(utterance)
+            self.utterances += 1
+        off = self.ingest.t_offset_s
+        self.emit(Transcript(round(utterance.t_s + off, 3), round(utterance.t_end_s + off, 3), utterance.text))
+        self.on_work()
+
+    def heard(self, t_s: float) -> None:
+        """The sound is transcribed up to input time `t_s` (infinity once it has ended): what a replay's frames
+        wait for (`ingest.wait_for_sound`)."""
+        with self._lock:
+            self._heard_until = t_s
+        self.on_work()
 
     def finish(self) -> None:
         """No more frames: the unfinished chunk is encoded (short) once the inbox is drained, then `ended` is set."""
@@ -145,16 +170,20 @@ class Stream:
     def watch(self, condition: str, t_s: float | None = None, **thresholds) -> str:
         """Start a standing trigger (see StreamingAssistant.watch); returns its id ("w0", "w1", ...)."""
         condition = user_text.clean(condition, "condition")
-        probe = probe_for(condition)  # raises ValueError for an empty condition
-        tokens = limits.check_condition(self.adapter, probe.question, self.config.triggers.max_condition_tokens)
         request = parse_request(condition)
+        phrase = request.condition if request is not None else " ".join(condition.split()).rstrip(".!")
+        heard = heard_condition(phrase)  # "said: stop", "someone says 'help'": decided on transcripts, no probe
+        if heard is not None:
+            probe, tokens = heard.probe, 0
+        else:
+            probe = probe_for(condition)  # raises ValueError for an empty condition
+            tokens = limits.check_condition(self.adapter, probe.question, self.config.triggers.max_condition_tokens)
         rule = FiringRule(self.config.triggers.thresholds().replace(**thresholds))
         self.reasoning.triggers.check_room(self.config.triggers.max_watches)  # before an id is taken
         trigger_id = f"w{next(self._watch_ids)}"
-        phrase = request.condition if request is not None else " ".join(condition.split()).rstrip(".!")
         t_s = self.ingest.latest_t_s if t_s is None else t_s
         self.reasoning.triggers.add(Trigger(trigger_id, phrase, probe, rule, once=False, created_t_s=t_s,
-                                            tokens=tokens), limit=self.config.triggers.max_watches)
+                                            tokens=tokens, heard=heard), limit=self.config.triggers.max_watches)
         self.on_work()
         return trigger_id
 
@@ -191,6 +220,11 @@ class Stream:
         """Frames from the inbox into chunks, up to one complete chunk waiting for its forward; at the end of a
         finished input, the short chunk; `ended` once all of it is encoded."""
         with self._lock:
+            while self._heard:
+                self.ingest.hear(self._heard.popleft())
+            if self._heard_until is not None:
+                self.ingest.heard(self._heard_until)
+                self._heard_until = None
             while self._inbox and not self.ingest.chunks_waiting:
                 self.ingest.push(self._inbox.popleft())
             drained = not self._inbox
@@ -198,7 +232,10 @@ class Stream:
             finishing = self._finishing
         if finishing and drained:
             self.ingest.flush()
-            if not self.ingest.chunks_waiting and not self.ended.is_set():
+            self.ingest.input_ended = True
+            sound_done = not self.ingest.wait_for_sound or (self.ingest.heard_until_s == float("inf")
+                                                            and not self.ingest.speech_waiting)
+            if not self.ingest.chunks_waiting and sound_done and not self.ended.is_set():
                 self.ended.set()
         self._release(everything=finishing and drained)
 
@@ -227,7 +264,21 @@ class Stream:
         """Nothing to do for the scheduler: no frames, chunk, question, decoding or decision round waiting."""
         with self._lock:
             waiting = bool(self._inbox or self._questions) or (self._finishing and not self.ended.is_set())
-        return not (waiting or self.ingest.chunks_waiting or self.decoding is not None or self.reasoning.deciding)
+            waiting = waiting or bool(self._heard)
+        return not (waiting or self.ingest.chunks_waiting or self.ingest.speech_waiting or self.decoding is not None
+                    or self.reasoning.deciding)
+
+    @property
+    def waiting_for_sound(self) -> bool:
+        """A replay waits for its sound to be transcribed (`ingest.wait_for_sound`): up to the start of the chunk
+        waiting, or to the end once the frames have ended."""
+        ingest = self.ingest
+        if not ingest.wait_for_sound or ingest.speech_due or self.closed:
+            return False
+        if ingest.chunks_waiting:
+            return not ingest.chunk_ready
+        with self._lock:
+            return self._finishing and not self._inbox and ingest.heard_until_s != float("inf")
 
     def replace_memory(self, memory: LongTermMemory) -> None:
         """Use `memory` (a restored session's) instead of the stream's own, which is closed. Before any frame."""

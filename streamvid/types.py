@@ -79,6 +79,26 @@ class Token(Output):
 
 
 @dataclass(frozen=True)
+class Utterance:
+    """Words heard in a stream's sound and when (stream times of the utterance's start and end)."""
+
+    t_s: float
+    t_end_s: float
+    text: str
+    heard_s: float = field(default_factory=time.perf_counter)  # wall clock (perf_counter) when it was recognised
+
+
+@dataclass(frozen=True)
+class Transcript(Output):
+    """An utterance heard in the stream's sound."""
+
+    kind: ClassVar[str] = "transcript"
+    t_s: float
+    t_end_s: float
+    text: str
+
+
+@dataclass(frozen=True)
 class Answer(Output):
     """A finished answer, or the acknowledgement of a "tell me when" question (with `trigger_id`)."""
 
@@ -112,16 +132,19 @@ class ProbeResult(Output):
 
 @dataclass(frozen=True)
 class Alert(Output):
-    """A trigger fired (`id`: the trigger's id, "trigger_id" in the JSON; `text`: its statement)."""
+    """A trigger fired (`id`: the trigger's id, "trigger_id" in the JSON; `text`: its statement; `heard`: the
+    words of the utterance a speech trigger fired on)."""
 
     kind: ClassVar[str] = "alert"
     _json_names: ClassVar[dict[str, str]] = {"id": "trigger_id"}
+    _optional: ClassVar[tuple[str, ...]] = ("heard",)
     id: str
     condition: str
     t_s: float
     score: float
     evidence_t_s: list
     text: str
+    heard: str | None = None
 
 
 @dataclass(frozen=True)

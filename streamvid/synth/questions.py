@@ -13,15 +13,28 @@ Validity rules that keep answers unambiguous:
 - backward_at_time: an integer second at least window_s before t, with the same scene for +-1 s around it.
 - forward: the next object to enter within [t + 2 s, t + FORWARD_MAX_S] whose (colour, shape) is not on screen at
   any frame in [t, t_enter); the gold response time is t_enter.
+
+Speech families (SPEECH_FAMILIES), over the gold speech track (`Timeline.speech`, see `speech.py`); None on a
+stream without one. Answers are a line's text (lowercase words), or a time as "mm:ss" (the second its voice
+starts in, as questions name times), or (forward_said) the gold response time "%.1f". A line counts as heard
+SPEECH_LAG_S after it ends (time to transcribe it):
+- realtime_said: the last line ended SPEECH_LAG_S to JUST_S before t, and nobody speaks at t.
+- backward_said_at_time: "what was said at mm:ss?" about a line that ended at least window_s before t; mm:ss is
+  the second its voice starts in (lines start apart by seconds: one line per named second).
+- when_said: a vocabulary word said in exactly one line among those started by t, and that line was heard.
+- forward_said: the next line starting within [t + 2 s, t + FORWARD_MAX_S] whose last word is said once in it
+  and in no line between t and it; the gold response time is the end of that word (the line's end).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass
 
-from .world import COLOURS, EPS, SHAPES, Timeline, Track
+from .speech import VOCABULARY
+from .world import COLOURS, EPS, SHAPES, Speech, Timeline, Track
 
 STABLE_S = 1.5
 FORWARD_MIN_S, FORWARD_MAX_S = 2.0, 60.0
@@ -211,13 +224,79 @@ FAMILIES = {f.__name__: f for f in (realtime_colour, realtime_shape, realtime_co
 ALL_FAMILIES = tuple(FAMILIES)
 
 
+# ---- speech families ---------------------------------------------------------------------------------------
+
+SPEECH_LAG_S = 1.5
+JUST_S = 6.0
+
+
+def _mmss(t_s: float) -> str:
+    s = math.floor(t_s + EPS)
+    return f"{s // 60:02d}:{s % 60:02d}"
+
+
+def realtime_said(tl: Timeline, t_s: float, rng, window_s: float) -> QA | None:
+    started = [u for u in tl.speech or () if u.t_s <= t_s + EPS]
+    if not started or not started[-1].t_end_s + SPEECH_LAG_S - EPS <= t_s <= started[-1].t_end_s + JUST_S + EPS:
+        return None
+    u = started[-1]
+    text = _say(rng, ("What did someone just say?", "What was just said?", "What did you just hear?"))
+    return QA("realtime_said", text, u.text, t_s, (u.t_s, u.t_end_s))
+
+
+def backward_said_at_time(tl: Timeline, t_s: float, rng, window_s: float) -> QA | None:
+    if not (cands := [u for u in tl.speech or () if u.t_end_s <= t_s - window_s + EPS]):
+        return None
+    u = _pick(rng, cands)
+    s = math.floor(u.t_s + EPS)
+    text = _say(rng, ("What was said at {m:02d}:{s:02d}?", "What did someone say at {m:02d}:{s:02d}?"),
+                m=s // 60, s=s % 60)
+    return QA("backward_said_at_time", text, u.text, t_s, (u.t_s, u.t_end_s))
+
+
+def _said_words(u: Speech) -> list[str]:
+    return sorted({w for w in u.text.split() if w in VOCABULARY})
+
+
+def when_said(tl: Timeline, t_s: float, rng, window_s: float) -> QA | None:
+    started = [u for u in tl.speech or () if u.t_s <= t_s + EPS]
+    counts = Counter(w for u in started for w in _said_words(u))
+    cands = [(w, u) for u in started if u.t_end_s + SPEECH_LAG_S <= t_s + EPS for w in _said_words(u)
+             if counts[w] == 1]
+    if not cands:
+        return None
+    w, u = _pick(rng, cands)
+    text = _say(rng, ("When did someone say '{w}'?", "When was '{w}' said?", "At what time did someone say '{w}'?"),
+                w=w)
+    return QA("when_said", text, _mmss(u.t_s), t_s, (u.t_s, u.t_end_s))
+
+
+def forward_said(tl: Timeline, t_s: float, rng, window_s: float) -> QA | None:
+    lines = tl.speech or []
+    for i, u in enumerate(lines):
+        if not t_s + FORWARD_MIN_S - EPS <= u.t_s <= t_s + FORWARD_MAX_S:
+            continue
+        word = u.text.split()[-1]
+        if u.text.split().count(word) > 1 or any(word in v.text.split() for v in lines[:i] if v.t_end_s > t_s + EPS):
+            continue
+        text = _say(rng, ("Tell me when someone says '{w}'.", "Let me know when someone says '{w}'."), w=word)
+        return QA("forward_said", text, f"{u.t_end_s:.1f}", t_s, (u.t_s, u.t_end_s))
+    return None
+
+
+SPEECH_QUESTIONS = {f.__name__: f for f in (realtime_said, backward_said_at_time, when_said, forward_said)}
+SPEECH_FAMILIES = tuple(SPEECH_QUESTIONS)
+
+
 def sample_qa(timeline: Timeline, t_s: float, rng, window_s: float, families=None) -> QA | None:
-    """A question from a family drawn uniformly among those valid at t_s (None if none is)."""
+    """A question from a family drawn uniformly among those valid at t_s (None if none is); families defaults to
+    the visual ones (ALL_FAMILIES), SPEECH_FAMILIES are asked for by name."""
     names = list(families or ALL_FAMILIES)
-    unknown = set(names) - set(FAMILIES)
+    known = {**FAMILIES, **SPEECH_QUESTIONS}
+    unknown = set(names) - set(known)
     if unknown:
-        raise ValueError(f"unknown families {sorted(unknown)}; known: {list(ALL_FAMILIES)}")
+        raise ValueError(f"unknown families {sorted(unknown)}; known: {list(known)}")
     for i in rng.permutation(len(names)):
-        if (qa := FAMILIES[names[i]](timeline, t_s, rng, window_s)) is not None:
+        if (qa := known[names[i]](timeline, t_s, rng, window_s)) is not None:
             return qa
     return None

@@ -78,6 +78,16 @@ class Event:
 
 
 @dataclass(frozen=True)
+class Speech:
+    """A spoken line of the stream's sound track (`synth.speech`), voiced from t_s to t_end_s (seconds)."""
+
+    t_s: float
+    t_end_s: float
+    text: str  # lowercase words, no punctuation
+    voice: str = ""  # "backend:variant" that spoke it
+
+
+@dataclass(frozen=True)
 class Track:
     """One object's whole life: visible on frames with enter_s <= t < leave_s."""
 
@@ -124,6 +134,7 @@ class Timeline:
     backgrounds: list[tuple[float, tuple[int, int, int]]]  # (from_s, rgb), first at 0
     events: list[Event]
     grid: int = 4
+    speech: list[Speech] | None = None  # the gold speech track in time order; None: a stream without one
 
     @property
     def n_frames(self) -> int:
@@ -147,13 +158,15 @@ class Timeline:
         return [rgb for s, rgb in self.backgrounds if s <= tf + EPS][-1]
 
     def to_json(self) -> dict:
-        """Everything needed to rebuild the timeline (`from_json`), plus object states at every whole second."""
+        """Everything needed to rebuild the timeline (`from_json`), plus object states at every whole second; a
+        "speech" list of {"t_s", "t_end_s", "text", "voice"} only when the stream has a speech track."""
         states = [{"t": float(s), "objects": [asdict(o) for o in self.objects_at(s)]}
                   for s in range(int(self.duration_s) + 1) if s < self.duration_s]
         return {"schema": "shapesworld-timeline/2", "seed": self.seed, "duration_s": self.duration_s, "fps": self.fps,
                 "grid": self.grid,
                 "backgrounds": [[s, list(rgb)] for s, rgb in self.backgrounds],
                 "tracks": [asdict(tr) for tr in self.tracks], "events": [asdict(e) for e in self.events],
+                **({} if self.speech is None else {"speech": [asdict(u) for u in self.speech]}),
                 "states": states}
 
     @classmethod
@@ -165,8 +178,9 @@ class Timeline:
                   for t in d["tracks"]]
         events = [Event(**{**e, "cell": e["cell"] and tuple(e["cell"]), "old_cell": e["old_cell"] and tuple(e["old_cell"])})
                   for e in d["events"]]
+        speech = None if d.get("speech") is None else [Speech(**u) for u in d["speech"]]
         return cls(d["seed"], d["duration_s"], d["fps"], tracks,
-                   [(s, tuple(rgb)) for s, rgb in d["backgrounds"]], events, d["grid"])
+                   [(s, tuple(rgb)) for s, rgb in d["backgrounds"]], events, d["grid"], speech)
 
 
 def _compatible(new: Track, others: list[Track], fps: float) -> bool:

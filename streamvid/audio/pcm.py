@@ -1,0 +1,147 @@
+"""Audio as the listener takes it: float32 mono samples at RATE (16 kHz), in timed chunks.
+
+    for chunk in file_audio("talk.mp4", origin_s=0.0):     # PyAV demuxes and resamples the audio track
+        listener.feed(chunk)
+    samples = wav_samples(body)                            # a pushed WAV (any rate, any channels) -> RATE mono
+    samples = pcm16_samples(raw, rate=24000)               # raw little-endian PCM16 mono -> RATE mono
+
+Decoding and resampling are PyAV's (libswresample); nothing here hand-writes a filter.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import av
+import numpy as np
+
+log = logging.getLogger("streamvid.audio")
+
+RATE = 16000  # what the VAD and every recogniser take
+CHUNK_S = 0.5  # seconds per chunk a file's track is handed over in
+MAX_PUSH_S = 600.0  # a pushed body longer than this is refused (hours of audio in one request)
+
+
+@dataclass(frozen=True)
+class AudioChunk:
+    """Consecutive mono samples at RATE, the first at stream time `t_s`."""
+
+    t_s: float
+    samples: np.ndarray  # (n,) float32 in [-1, 1]
+
+    @property
+    def t_end_s(self) -> float:
+        return self.t_s + len(self.samples) / RATE
+
+
+def _resampler() -> av.AudioResampler:
+    return av.AudioResampler(format="flt", layout="mono", rate=RATE)
+
+
+def _as_float(frames) -> list[np.ndarray]:
+    return [f.to_ndarray().reshape(-1).astype(np.float32, copy=False) for f in frames]
+
+
+def has_audio(path: str) -> bool:
+    """Whether the file or URL has an audio stream (False when it cannot be opened)."""
+    try:
+        with av.open(path) as container:
+            return bool(container.streams.audio)
+    except (av.error.FFmpegError, OSError):
+        return False
+
+
+def file_audio(path: str, origin_s: float | None = None, end_s: float | None = None,
+               chunk_s: float = CHUNK_S) -> Iterator[AudioChunk]:
+    """The first audio track of a file as chunks of `chunk_s` seconds at RATE, mono. Stream time is the audio's
+    own time minus `origin_s` (the video stream's start, so sound and frames share one clock; None: the audio's
+    first sample), up to `end_s`. Nothing (and one warning line) for a file without audio or with a track that
+    cannot be decoded: the video plays on without sound."""
+    try:
+        container = av.open(path)
+    except (av.error.FFmpegError, OSError) as e:
+        log.warning("no audio from %s: %s", path, e)
+        return
+    with container:
+        if not container.streams.audio:
+            return
+        stream = container.streams.audio[0]
+        resampler = _resampler()
+        pending: list[np.ndarray] = []
+        n_pending, t_next = 0, None
+        size = max(1, int(round(chunk_s * RATE)))
+        try:
+            for frame in container.decode(stream):
+                if t_next is None:
+                    t0 = frame.time if frame.time is not None else 0.0
+                    if origin_s is None:
+                        origin_s = t0
+                    t_next = t0 - origin_s
+                for part in _as_float(resampler.resample(frame)):
+                    pending.append(part)
+                    n_pending += len(part)
+                while n_pending >= size:
+                    joined = np.concatenate(pending)
+                    chunk, rest = joined[:size], joined[size:]
+                    pending, n_pending = [rest], len(rest)
+                    if t_next + size / RATE > 0:  # (audio before the video's first frame is left out)
+                        yield _clip(AudioChunk(t_next, chunk))
+                    t_next += size / RATE
+                    if end_s is not None and t_next >= end_s:
+                        return
+        except (av.error.FFmpegError, OSError, ValueError) as e:
+            log.warning("audio track of %s stops at %.1f s: %s", path, t_next or 0.0, e)
+        if n_pending and t_next is not None:
+            tail = np.concatenate(pending)
+            if end_s is not None:
+                tail = tail[:max(0, int(round((end_s - t_next) * RATE)))]
+            if len(tail):
+                yield _clip(AudioChunk(t_next, tail))
+
+
+def _clip(chunk: AudioChunk) -> AudioChunk:
+    """Samples before stream time 0 are cut off."""
+    if chunk.t_s >= 0:
+        return chunk
+    skip = int(round(-chunk.t_s * RATE))
+    return AudioChunk(0.0, chunk.samples[skip:])
+
+
+def wav_samples(body: bytes) -> np.ndarray:
+    """A WAV (any rate, channels and sample format ffmpeg reads) as mono float32 at RATE. ValueError (one line)
+    for anything that is not a readable WAV, or one longer than MAX_PUSH_S."""
+    try:
+        with av.open(io.BytesIO(body), format="wav") as container:
+            if not container.streams.audio:
+                raise ValueError("not a WAV file: no audio stream")
+            resampler = _resampler()
+            parts = [p for frame in container.decode(container.streams.audio[0]) for p in _as_float(resampler.resample(frame))]
+            parts += _as_float(resampler.resample(None))
+    except (av.error.FFmpegError, OSError) as e:
+        raise ValueError(f"not a WAV file: {str(e).splitlines()[0]}") from e
+    samples = np.concatenate(parts) if parts else np.zeros(0, np.float32)
+    if len(samples) > MAX_PUSH_S * RATE:
+        raise ValueError(f"audio of {len(samples) / RATE:.0f} s is longer than {MAX_PUSH_S:.0f} s")
+    return samples
+
+
+def pcm16_samples(raw: bytes, rate: int) -> np.ndarray:
+    """Raw little-endian PCM16 mono at `rate` Hz as float32 at RATE (resampled by PyAV). ValueError (one line) for
+    an odd byte count, a rate outside 8-192 kHz or more than MAX_PUSH_S."""
+    if not isinstance(rate, int) or not 8000 <= rate <= 192000:
+        raise ValueError(f"rate must be an integer from 8000 to 192000 Hz, got {rate!r}")
+    if len(raw) % 2:
+        raise ValueError("PCM16 audio must have an even number of bytes")
+    if len(raw) / 2 > MAX_PUSH_S * rate:
+        raise ValueError(f"audio of {len(raw) / 2 / rate:.0f} s is longer than {MAX_PUSH_S:.0f} s")
+    ints = np.frombuffer(raw, dtype="<i2")
+    if rate == RATE or not len(ints):
+        return (ints.astype(np.float32) / 32768.0)
+    frame = av.AudioFrame.from_ndarray(ints.reshape(1, -1), format="s16", layout="mono")
+    frame.sample_rate = rate
+    resampler = _resampler()
+    parts = _as_float(resampler.resample(frame)) + _as_float(resampler.resample(None))
+    return np.concatenate(parts) if parts else np.zeros(0, np.float32)

@@ -1,0 +1,94 @@
+"""Hearing: a stream's sound fed to its listener (audio/listener.py), from the source or pushed by a client.
+
+    hearing = Hearing(stream, load_recognizer(config.asr))     # pushed sound: hearing.feed(chunk)
+    hearing = hearing_for(config, source, stream, replay=True)  # a source's own sound, read on a thread; None
+                                                                 # when it has none or config.audio is "off"
+    hearing.stats()      # {"audio_s_in", "utterances", "asr_s"}
+    hearing.close()
+
+A source's sound is read on its own thread (`streamvid-audio`): paced to the wall clock for a live source (the
+file is played as it is watched), as fast as the listener takes it for a replay, whose frames then wait for
+their sound to be transcribed (`ingest.wait_for_sound`), so a replay is reproducible.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+
+from streamvid.audio.asr import Recognizer, load_recognizer
+from streamvid.audio.listener import Listener
+from streamvid.audio.pcm import AudioChunk
+from streamvid.config import EngineConfig
+from streamvid.stream import Stream
+
+log = logging.getLogger("streamvid")
+
+
+class Hearing:
+    def __init__(self, stream: Stream, recognizer: Recognizer):
+        self.stream = stream
+        self.listener = Listener(recognizer, on_utterance=stream.hear, on_heard=stream.heard,
+                                 name=f"streamvid-listen-{stream.id}")
+        self._reader: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def feed(self, chunk: AudioChunk, timeout_s: float | None = None) -> bool:
+        """Pushed sound (input times, in order). ValueError for sound that goes back in time."""
+        return self.listener.feed(chunk, timeout_s)
+
+    def finish(self) -> None:
+        self.listener.finish()
+
+    def read(self, chunks: Iterator[AudioChunk], paced: bool) -> None:
+        """Read `chunks` on a thread into the listener (paced to the wall clock from the first chunk's time)."""
+        self._reader = threading.Thread(target=self._read, args=(chunks, paced), name="streamvid-audio", daemon=True)
+        self._reader.start()
+
+    def _read(self, chunks: Iterator[AudioChunk], paced: bool) -> None:
+        start = None
+        try:
+            for chunk in chunks:
+                if self._stop.is_set():
+                    return
+                if paced:
+                    start = start if start is not None else time.monotonic() - chunk.t_s
+                    if (wait := start + chunk.t_s - time.monotonic()) > 0 and self._stop.wait(wait):
+                        return
+                while not self.listener.feed(chunk, timeout_s=0.5):
+                    if self._stop.is_set() or not self.listener.alive:
+                        return
+        except Exception as e:  # noqa: BLE001 - a broken track: the frames go on without sound
+            log.warning("sound stopped: %s", e)
+        finally:
+            self.listener.finish()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._reader is not None:
+            self._reader.join(timeout=5.0)
+        self.listener.close()
+
+    def stats(self) -> dict:
+        return {"audio_s_in": round(self.listener.audio_s_in, 3), "utterances": self.listener.utterances,
+                "asr_s": round(self.listener.asr_s, 3)}
+
+
+def asr_device(config: EngineConfig) -> str:
+    return "cuda" if config.device.startswith("cuda") else "cpu"
+
+
+def hearing_for(config: EngineConfig, source, stream: Stream, replay: bool) -> Hearing | None:
+    """A Hearing reading `source`'s sound (a FileSource's `sound()`), or None when it has none or config.audio is
+    "off". The recogniser is loaded here: one that cannot load is a one-line ValueError before anything runs."""
+    if config.audio == "off" or not hasattr(source, "sound"):
+        return None
+    chunks = source.sound()
+    if chunks is None:
+        return None
+    hearing = Hearing(stream, load_recognizer(config.asr, asr_device(config)))
+    stream.ingest.wait_for_sound = replay
+    hearing.read(chunks, paced=not replay)
+    return hearing
