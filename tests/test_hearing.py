@@ -270,3 +270,35 @@ def test_speech_survives_a_saved_session(talk, tmp_path):
         assert got == said
     finally:
         back.stop()
+
+
+# ---- the command line ----------------------------------------------------------------------------------------
+def _run(*args):
+    import json
+    import sys
+
+    proc = subprocess.run([sys.executable, "-m", "streamvid.cli", "run", *map(str, args)], capture_output=True,
+                          text=True, timeout=600)
+    return proc, [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+def test_run_prints_transcripts_and_said_alerts(talk):
+    path, _, placed = talk
+    proc, lines = _run(path, "--watch", "0:said: stop", "--ask", "14:Tell me when someone says 'table'")
+    assert proc.returncode == 0, proc.stderr
+    transcripts = [o for o in lines if o["type"] == "transcript"]
+    assert [round(o["t_s"]) for o in transcripts] == [round(s) for s, _, _ in placed]
+    alerts = [o for o in lines if o["type"] == "alert"]
+    assert [(a["trigger_id"], "stop" in words(a["heard"]) or "table" in words(a["heard"])) for a in alerts] == [
+        ("w0", True), ("q0", True)]
+    ack = next(o for o in lines if o["type"] == "answer")
+    assert ack["text"] == "OK, I will tell you when someone says 'table'."
+    assert lines[-1]["type"] == "stats" and lines[-1]["utterances"] == len(placed)
+
+
+def test_a_recogniser_that_does_not_load_is_one_line(talk, tmp_path):
+    path, _, _ = talk
+    proc, lines = _run(path, "--asr", tmp_path / "missing", "--ask", "3:What is on screen?")
+    assert proc.returncode == 2 and not lines
+    assert proc.stderr.strip().splitlines()[-1] == (f"streamvid run: error: speech recogniser "
+                                                    f"'{tmp_path / 'missing'}': no such directory")

@@ -136,6 +136,8 @@ def load_recognizer(spec: str = DEFAULT, device: str = "cpu") -> Recognizer:
             except ImportError as e:
                 raise ValueError("--asr pocketsphinx needs: pip install pocketsphinx") from e
             return _shared(spec, device)
+        if ("/" in spec or spec.startswith(".")) and not Path(spec).expanduser().exists() and spec.count("/") != 1:
+            raise ValueError(f"speech recogniser {spec!r}: no such directory")
         return _shared(spec, device)
     except ValueError:
         raise
