@@ -302,3 +302,67 @@ def test_a_recogniser_that_does_not_load_is_one_line(talk, tmp_path):
     assert proc.returncode == 2 and not lines
     assert proc.stderr.strip().splitlines()[-1] == (f"streamvid run: error: speech recogniser "
                                                     f"'{tmp_path / 'missing'}': no such directory")
+
+
+# ---- recognition is off the scheduler ---------------------------------------------------------------------
+class _Stuck:
+    """A recogniser that does not return until released (a unit-test double for a slow model)."""
+
+    name = "stuck"
+
+    def __init__(self):
+        import threading
+
+        self.entered, self.release = threading.Event(), threading.Event()
+
+    def transcribe(self, samples):
+        self.entered.set()
+        self.release.wait(60)
+        return "hello there"
+
+
+def test_a_stuck_recogniser_holds_up_no_stream(adapter):
+    from conftest import random_frames, wait_until
+    from streamvid.engine import Engine
+    from streamvid.hearing import Hearing
+    from streamvid.types import Frame
+
+    engine = Engine(EngineConfig.from_settings(device="cpu", frame_px=56), adapter)
+    talking, other = engine.open(), engine.open()
+    stuck = _Stuck()
+    hearing = Hearing(talking, stuck)
+    engine.start()
+    try:
+        rng = np.random.default_rng(0)
+        loud = np.concatenate([np.zeros(RATE // 2), 0.5 * rng.standard_normal(RATE), np.zeros(RATE)]).astype(np.float32)
+        speech_probs = lambda x: np.array([float(np.abs(x[i:i + WINDOW]).mean() > 0.1)  # noqa: E731
+                                           for i in range(0, len(x), WINDOW)])
+        hearing.listener.segmenter = Segmenter(probabilities=speech_probs)
+        hearing.feed(AudioChunk(0.0, loud))
+        assert stuck.entered.wait(30)  # the talking stream's recogniser is busy and stays so
+        frames = random_frames(6, seed=3, px=56)
+        for i, image in enumerate(frames):
+            assert other.insert(Frame(image, i / 2.0, i), timeout_s=30)
+            assert talking.insert(Frame(image, i / 2.0, i), timeout_s=30)
+        qid = other.ask("What is on screen?")
+        got = []
+        assert wait_until(lambda: got.extend(_drain(other)) or any(o.kind == "answer" and o.id == qid for o in got))
+        assert wait_until(lambda: talking.ingest.blocks_encoded == 3)  # the talking stream's own frames too
+        assert not stuck.release.is_set() and talking.utterances == 0
+        stuck.release.set()
+        assert wait_until(lambda: talking.ingest.speech_blocks == 1)
+    finally:
+        stuck.release.set()
+        hearing.close()
+        engine.close()
+
+
+def _drain(stream):
+    import queue
+
+    out = []
+    while True:
+        try:
+            out.append(stream.outputs.get_nowait())
+        except queue.Empty:
+            return out
