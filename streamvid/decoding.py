@@ -89,20 +89,29 @@ def to_rgb(frame: av.VideoFrame, size: int | None) -> np.ndarray:
 
 def decode_frames(container, fps: float, size: int | None, name: str, origin_s: float | None = None,
                   end_s: float | None = None, clock: Callable[[], float] = time.monotonic,
-                  max_frame_pixels: int | None = None) -> Iterator[Frame]:
+                  max_frame_pixels: int | None = None,
+                  on_audio: Callable[[float, av.AudioFrame], None] | None = None) -> Iterator[Frame]:
     """Sampled RGB frames of the first video stream of an open container (which the caller closes).
 
     Stream time is the frame's pts in seconds minus `origin_s`, or minus the first frame's pts when
     `origin_s` is None (live). Frames before the origin are skipped, decoding stops at `end_s`. A frame
     without pts gets the previous time + 1/rate for a file, `clock()` since decoding started when live.
     A sampled frame is converted (and resized) on this thread right after it is decoded; the others never are.
+    `on_audio(t_s, frame)`: the first audio stream is demuxed beside the video and each of its decoded frames
+    handed over with its time on the same clock (from the origin on).
     """
     stream = container.streams.video[0]
+    audio = container.streams.audio[0] if on_audio is not None and container.streams.audio else None
     frame_period_s = 1.0 / float(stream.average_rate) if stream.average_rate else 0.0
     sampler, index, t_s = Sampler(fps), 0, -frame_period_s
     live, started_s = origin_s is None, clock()
+    decoded = container.decode(stream) if audio is None else _demuxed(container, stream, audio)
     try:
-        for frame in container.decode(stream):
+        for frame in decoded:
+            if isinstance(frame, av.AudioFrame):
+                if origin_s is not None and frame.time is not None and frame.time >= origin_s:
+                    on_audio(frame.time - origin_s, frame)
+                continue
             check_frame_size(frame.width, frame.height, max_frame_pixels)
             if frame.time is None:
                 t_s = clock() - started_s if live else t_s + frame_period_s
@@ -119,3 +128,16 @@ def decode_frames(container, fps: float, size: int | None, name: str, origin_s: 
                 index += 1
     except (av.error.FFmpegError, OSError) as e:  # (a frame above max_pixels fails in the decoder)
         raise ValueError(f"cannot decode {name}: {e}") from e
+
+
+def _demuxed(container, video, audio) -> Iterator:
+    """Decoded frames of both streams in the container's order; a broken audio packet is skipped (the video
+    goes on without it)."""
+    for packet in container.demux(video, audio):
+        if packet.stream.index == audio.index:
+            try:
+                yield from packet.decode()
+            except av.error.FFmpegError:
+                continue
+        else:
+            yield from packet.decode()

@@ -22,6 +22,7 @@ from streamvid.audio.asr import Recognizer, load_recognizer
 from streamvid.audio.listener import Listener
 from streamvid.audio.pcm import AudioChunk
 from streamvid.config import EngineConfig
+from streamvid.sources import FileSource
 from streamvid.stream import Stream
 
 log = logging.getLogger("streamvid")
@@ -81,8 +82,8 @@ def asr_device(config: EngineConfig) -> str:
 
 
 def hearing_for(config: EngineConfig, source, stream: Stream, replay: bool) -> Hearing | None:
-    """A Hearing reading `source`'s sound (a FileSource's `sound()`), or None when it has none or config.audio is
-    "off". The recogniser is loaded here: one that cannot load is a one-line ValueError before anything runs."""
+    """A Hearing reading `source`'s sound (`sound()` of a file, camera or URL source), or None when it has none or
+    config.audio is "off". The recogniser is loaded here: one that cannot load is a one-line ValueError before anything runs."""
     if config.audio == "off" or not hasattr(source, "sound"):
         return None
     chunks = source.sound()
@@ -90,5 +91,5 @@ def hearing_for(config: EngineConfig, source, stream: Stream, replay: bool) -> H
         return None
     hearing = Hearing(stream, load_recognizer(config.asr, asr_device(config)))
     stream.ingest.wait_for_sound = replay
-    hearing.read(chunks, paced=not replay)
+    hearing.read(chunks, paced=not replay and isinstance(source, FileSource))  # a camera or URL is live already
     return hearing

@@ -22,13 +22,14 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from streamvid.audio.pcm import AudioChunk, file_audio
+from streamvid.audio.pcm import RATE, AudioChunk, Resampler, file_audio
 from streamvid.decoding import Sampler, decode_frames, open_container
 from streamvid.types import Frame
 
@@ -40,6 +41,7 @@ JOIN_TIMEOUT_S = 2.0
 LIVE_OPEN_TIMEOUT_S = 10.0  # PyAV gives up opening a camera/URL after this long (connect; then probe), by default
 LIVE_READ_TIMEOUT_S = 5.0  # ... and a blocked read after this long, so the reader thread always ends
 RECONNECT_BACKOFF_S = (0.5, 30.0)  # a lost camera/URL is reopened after 0.5 s, then 1, 2, 4, ... 30, 30 s
+SOUND_QUEUE_S = 8.0  # seconds of a live source's sound that wait for the listener before the oldest are dropped
 RECONNECT_HEALTHY_S = 10.0  # a connection that delivered this much stream time resets the backoff
 MAX_OUTAGE_S = 300.0  # a camera/URL without frames for this long is given up
 _URL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*://")
@@ -313,12 +315,25 @@ class LiveSource(_Source):
         self._clock, self._sleep = clock, sleep or self._halt.wait
         self._container = self._connect()
         self.finite = self._container.duration is not None
+        self._sound = LiveSound() if self._container.streams.audio else None
         self.on_status: Callable[[str, float, dict], None] | None = None
         self.outages = 0  # times the stream was lost
         self.lost_s = 0.0  # stream seconds without frames because of outages (up to the last "source_back")
+        on_audio = self._sound.put if self._sound is not None else None
         frames = self._reconnecting(fps, size) if reconnect else decode_frames(
-            self._container, fps, size, self.name, clock=clock, max_frame_pixels=max_frame_pixels)
-        self._impl = _Pump(frames, self.name, pace=False, on_exit=lambda: self._container.close())
+            self._container, fps, size, self.name, clock=clock, max_frame_pixels=max_frame_pixels,
+            on_audio=on_audio)
+        self._impl = _Pump(frames, self.name, pace=False, on_exit=self._exit)
+
+    def _exit(self) -> None:
+        self._container.close()
+        if self._sound is not None:
+            self._sound.end()
+
+    def sound(self) -> Iterator[AudioChunk] | None:
+        """The stream's sound on the frames' clock, demuxed beside them (16 kHz mono chunks; the newest
+        SOUND_QUEUE_S seconds wait for the reader, older ones are dropped), or None when it has no audio track."""
+        return None if self._sound is None else self._sound.chunks()
 
     def _connect(self):
         """A fresh container for the URL (checked by the guard, when there is one); ValueError when it fails."""
@@ -356,8 +371,10 @@ class LiveSource(_Source):
         while True:
             reason, span = "the stream ended", None  # span: (first, last) stream time of this connection
             try:
+                on_audio = None if self._sound is None else (
+                    lambda t, f, base=base_t_s: self._sound.put(base + t, f))
                 for frame in decode_frames(self._container, fps, size, self.name, clock=self._clock,
-                                           max_frame_pixels=self.max_frame_pixels):
+                                           max_frame_pixels=self.max_frame_pixels, on_audio=on_audio):
                     if lost_t_s is not None:  # the first frame after an outage: the stream is back
                         back_t_s = now_t_s()
                         self.lost_s += back_t_s - lost_t_s
@@ -403,6 +420,41 @@ class LiveSource(_Source):
     def close(self) -> None:
         self._halt.set()
         super().close()
+
+
+class LiveSound:
+    """A live source's sound: decoded audio frames (reader thread) -> 16 kHz mono chunks for one consumer
+    (`chunks`), at most SOUND_QUEUE_S seconds waiting (the oldest dropped: a live stream does not wait)."""
+
+    def __init__(self) -> None:
+        self._chunks: deque[AudioChunk | None] = deque(maxlen=int(SOUND_QUEUE_S / 0.02) + 1)
+        self._ready = threading.Condition()
+        self._resample = Resampler()
+        self.dropped_s = 0.0
+
+    def put(self, t_s: float, frame) -> None:
+        samples = self._resample(frame)
+        if not len(samples):
+            return
+        with self._ready:
+            if len(self._chunks) == self._chunks.maxlen and self._chunks[0] is not None:
+                self.dropped_s += len(self._chunks[0].samples) / RATE
+            self._chunks.append(AudioChunk(max(0.0, t_s), samples))
+            self._ready.notify_all()
+
+    def end(self) -> None:
+        with self._ready:
+            self._chunks.append(None)
+            self._ready.notify_all()
+
+    def chunks(self) -> Iterator[AudioChunk]:
+        while True:
+            with self._ready:
+                self._ready.wait_for(lambda: bool(self._chunks))
+                chunk = self._chunks.popleft()
+            if chunk is None:
+                return
+            yield chunk
 
 
 class PushSource(_Source):

@@ -366,3 +366,23 @@ def _drain(stream):
             out.append(stream.outputs.get_nowait())
         except queue.Empty:
             return out
+
+
+def test_a_live_source_demuxes_its_sound_beside_the_frames(talk):
+    import threading
+
+    from streamvid.sources import LiveSource
+
+    path, _, placed = talk
+    src = LiveSource(str(path), fps=2.0)
+    chunks = []
+    reader = threading.Thread(target=lambda: chunks.extend(src.sound()))
+    reader.start()
+    frames = 0
+    while src.read(timeout_s=5.0) is not None:
+        frames += 1
+    reader.join(10)
+    assert frames >= 55 and sum(len(c.samples) for c in chunks) / RATE == pytest.approx(CLIP_S, abs=1.5)
+    loud = [c for c in chunks if np.sqrt(np.mean(c.samples ** 2)) > 0.02]
+    assert loud and all(any(s - 0.3 <= c.t_s <= e + 0.3 for s, e, _ in placed) for c in loud)
+    assert all(any(s - 0.3 <= c.t_s <= e for c in loud) for s, e, _ in placed)

@@ -45,6 +45,22 @@ def _as_float(frames) -> list[np.ndarray]:
     return [f.to_ndarray().reshape(-1).astype(np.float32, copy=False) for f in frames]
 
 
+class Resampler:
+    """Decoded audio frames of one stream, in order, as mono float32 at RATE (PyAV's resampler keeps the state
+    between frames, so consecutive frames join without gaps; a frame in another format starts a new one)."""
+
+    def __init__(self) -> None:
+        self._resampler = _resampler()
+
+    def __call__(self, frame: av.AudioFrame) -> np.ndarray:
+        try:
+            parts = _as_float(self._resampler.resample(frame))
+        except ValueError:  # the format changed (a reconnected stream)
+            self._resampler = _resampler()
+            parts = _as_float(self._resampler.resample(frame))
+        return np.concatenate(parts) if parts else np.zeros(0, np.float32)
+
+
 def has_audio(path: str) -> bool:
     """Whether the file or URL has an audio stream (False when it cannot be opened)."""
     try:
