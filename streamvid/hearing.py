@@ -1,6 +1,6 @@
 """Hearing: a stream's sound fed to its listener (audio/listener.py), from the source or pushed by a client.
 
-    hearing = Hearing(stream, load_recognizer(config.asr))     # pushed sound: hearing.feed(chunk)
+    hearing = Hearing(stream, load_recognizer(config.asr))     # pushed sound: hearing.push(samples, t_s)
     hearing = hearing_for(config, source, stream, replay=True)  # a source's own sound, read on a thread; None
                                                                  # when it has none or config.audio is "off"
     hearing.stats()      # {"audio_s_in", "utterances", "asr_s"}
@@ -14,16 +14,19 @@ their sound to be transcribed (`ingest.wait_for_sound`), so a replay is reproduc
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Iterator
 
+import numpy as np
+
 from streamvid.audio.asr import Recognizer, load_recognizer
 from streamvid.audio.listener import Listener
-from streamvid.audio.pcm import AudioChunk
+from streamvid.audio.pcm import CHUNK_S, RATE, AudioChunk
 from streamvid.config import EngineConfig
 from streamvid.sources import FileSource
-from streamvid.stream import Stream
+from streamvid.stream import BusyError, Stream
 
 log = logging.getLogger("streamvid")
 
@@ -35,10 +38,30 @@ class Hearing:
                                  name=f"streamvid-listen-{stream.id}")
         self._reader: threading.Thread | None = None
         self._stop = threading.Event()
+        self._pushed_end: float | None = None  # input time where the last pushed sound ended
 
     def feed(self, chunk: AudioChunk, timeout_s: float | None = None) -> bool:
-        """Pushed sound (input times, in order). ValueError for sound that goes back in time."""
+        """Sound in input times, in order. ValueError for sound that goes back in time."""
         return self.listener.feed(chunk, timeout_s)
+
+    def push(self, samples: np.ndarray, t_s: float | None = None, timeout_s: float = 5.0) -> float:
+        """Pushed sound (mono float32 at pcm.RATE, e.g. pcm.wav_samples / pcm16_samples of a request body) starting
+        at input time `t_s` (None: where the last push ended, or at the stream's newest frame for the first one).
+        Returns its start. ValueError (one line) when it starts before the last push ended or the time is not a
+        finite number >= 0; BusyError when the listener is more than QUEUE_S behind for `timeout_s`."""
+        if t_s is None:
+            t_s = self._pushed_end if self._pushed_end is not None else max(0.0, self.stream.ingest.latest_t_s)
+        if not isinstance(t_s, (int, float)) or not math.isfinite(t_s) or t_s < 0:
+            raise ValueError(f"t_s must be a number of seconds >= 0, got {t_s!r}")
+        if self._pushed_end is not None and t_s < self._pushed_end - 1e-3:
+            raise ValueError(f"audio goes back in time: it starts at {t_s:.3f} s, the last ended at "
+                             f"{self._pushed_end:.3f} s")
+        step = int(CHUNK_S * RATE)
+        for i in range(0, len(samples), step):
+            if not self.listener.feed(AudioChunk(t_s + i / RATE, samples[i:i + step]), timeout_s=timeout_s):
+                raise BusyError("busy: the speech recogniser is behind; send the sound again shortly")
+        self._pushed_end = t_s + len(samples) / RATE
+        return t_s
 
     def finish(self) -> None:
         self.listener.finish()

@@ -386,3 +386,35 @@ def test_a_live_source_demuxes_its_sound_beside_the_frames(talk):
     loud = [c for c in chunks if np.sqrt(np.mean(c.samples ** 2)) > 0.02]
     assert loud and all(any(s - 0.3 <= c.t_s <= e + 0.3 for s, e, _ in placed) for c in loud)
     assert all(any(s - 0.3 <= c.t_s <= e for c in loud) for s, e, _ in placed)
+
+
+def test_pushed_sound_is_heard_and_going_back_is_one_line(adapter, tmp_path):
+    from conftest import wait_until
+    from streamvid.engine import Engine
+    from streamvid.hearing import Hearing
+    from streamvid.audio.asr import load_recognizer
+
+    engine = Engine(EngineConfig.from_settings(device="cpu", frame_px=56), adapter)
+    stream = engine.open()
+    hearing = Hearing(stream, load_recognizer())
+    try:
+        x = _spoken(tmp_path, "stop")
+        silence = np.zeros(RATE, np.float32)
+        body = io.BytesIO()
+        with wave.open(body, "wb") as w:  # a WAV as a client sends it, at 24 kHz
+            w.setnchannels(1), w.setsampwidth(2), w.setframerate(24000)
+            t = np.arange(int((len(x) + 2 * RATE) * 24000 / RATE)) / 24000
+            y = np.interp(t, np.arange(len(x) + 2 * RATE) / RATE, np.concatenate([silence, x, silence]))
+            w.writeframes((y * 32767).astype("<i2").tobytes())
+        assert hearing.push(wav_samples(body.getvalue()), t_s=5.0) == 5.0
+        with pytest.raises(ValueError, match="goes back in time") as e:
+            hearing.push(silence, t_s=6.0)
+        assert "\n" not in str(e.value)
+        hearing.finish()
+        assert wait_until(lambda: stream.utterances == 1)
+        out = stream.outputs.get(timeout=5)
+        a, b = _voiced(x)
+        assert out.kind == "transcript" and "stop" in words(out.text) and abs(out.t_s - (6.0 + a)) < 0.5
+    finally:
+        hearing.close()
+        engine.close()
