@@ -221,6 +221,8 @@ class EngineConfig(_Section):
                      "track) or off", choices=("auto", "off"))
     asr: str = opt("whisper-tiny.en", "asr", "speech recogniser: whisper-tiny.en (offline, the default), "
                    "pocketsphinx, or a transformers speech-recognition model (HF id or directory)", metavar="ASR")
+    wake_word: str = opt("assistant", "wake_word", "an utterance that starts with this word is a question to the "
+                         "assistant, not the stream's speech ('' : none is)", metavar="WORD")
     read_timeout_s: float = opt(0.5, "read_timeout_s", None, "positive")  # how long one ingest step waits for a frame
     join_timeout_s: float = opt(2.0, "join_timeout_s", None, "positive")
     window: WindowConfig = field(default_factory=WindowConfig)

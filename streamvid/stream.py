@@ -44,7 +44,8 @@ from streamvid.memory import LongTermMemory
 from streamvid.proactive import FiringRule
 from streamvid.reasoning import Answering, Reasoning, Trigger
 from streamvid.speech_triggers import heard_condition
-from streamvid.types import Frame, Output, Question, Transcript, Utterance
+from streamvid.types import Frame, Output, Question, Status, Transcript, Utterance
+from streamvid.wake_word import addressed
 
 
 class BusyError(RuntimeError):
@@ -118,14 +119,23 @@ class Stream:
 
     def hear(self, utterance: Utterance) -> None:
         """Words heard in the stream's sound (input times, like frames): a {"type": "transcript"} output now, and a
-        speech block in the window at the scheduler's next step."""
+        speech block in the window at the scheduler's next step; words after the wake word (`wake_word.addressed`)
+        are a question asked when the speaker stopped instead (a {"type": "status", "event": "question_refused"}
+        when it cannot be asked)."""
+        question = addressed(utterance.text, self.config.wake_word)
         with self._lock:
             if self.closed:
                 return
-            self._heard.append(utterance)
+            if question is None:
+                self._heard.append(utterance)
             self.utterances += 1
         off = self.ingest.t_offset_s
         self.emit(Transcript(round(utterance.t_s + off, 3), round(utterance.t_end_s + off, 3), utterance.text))
+        if question is not None:  # "assistant, ...": asked at the moment the speaker stopped
+            try:
+                self.ask(question, t_s=utterance.t_end_s + off)
+            except (ValueError, BusyError) as e:
+                self.emit(Status("question_refused", round(utterance.t_end_s + off, 3), {"reason": str(e)}))
         self.on_work()
 
     def heard(self, t_s: float) -> None:

@@ -51,10 +51,10 @@ def _read_wav(path) -> tuple[np.ndarray, int]:
         return np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.float32) / 32768, w.getframerate()
 
 
-def _spoken(tmp_path, text: str) -> np.ndarray:
+def _spoken(tmp_path, text: str, voice: str = "en-us") -> np.ndarray:
     """espeak-ng's speech of `text`, resampled to RATE by linear interpolation (numpy only)."""
     out = tmp_path / "say.wav"
-    subprocess.run([_espeak(), "-v", "en-us", "-w", str(out), text], check=True, timeout=30)
+    subprocess.run([_espeak(), "-v", voice, "-w", str(out), text], check=True, timeout=30)
     x, rate = _read_wav(out)
     t = np.arange(int(len(x) * RATE / rate)) / RATE
     return np.interp(t, np.arange(len(x)) / rate, x).astype(np.float32)
@@ -418,3 +418,20 @@ def test_pushed_sound_is_heard_and_going_back_is_one_line(adapter, tmp_path):
     finally:
         hearing.close()
         engine.close()
+
+
+def test_words_after_the_wake_word_are_a_question(tmp_path):
+    x = _spoken(tmp_path, "assistant, what colour is the star?", voice="en")  # (en-us's "assistant" is misheard)
+    track = np.zeros(int(16 * RATE), np.float32)
+    track[4 * RATE:4 * RATE + len(x)] = x
+    path = tmp_path / "ask.mp4"
+    _mux(demo_clip("shapes_7"), path, track, end_s=15.0)
+    outs, stats, blocks = _replay(path)
+    transcript = next(o for o in outs if o.kind == "transcript")
+    answer = next(o for o in outs if o.kind == "answer")
+    assert "assistant" in words(transcript.text)
+    assert words(answer.question)[:3] == ["what", "colour", "is"] or words(answer.question)[:3] == ["what", "color", "is"]
+    assert answer.t_s == transcript.t_end_s  # asked when the speaker stopped
+    assert stats["speech_blocks"] == 0 and not any(b.speech for b in blocks)  # a question, not the stream's speech
+    off, stats, _ = _replay(path, wake_word="")
+    assert not [o for o in off if o.kind == "answer"] and stats["speech_blocks"] == 1
