@@ -435,3 +435,21 @@ def test_words_after_the_wake_word_are_a_question(tmp_path):
     assert stats["speech_blocks"] == 0 and not any(b.speech for b in blocks)  # a question, not the stream's speech
     off, stats, _ = _replay(path, wake_word="")
     assert not [o for o in off if o.kind == "answer"] and stats["speech_blocks"] == 1
+
+
+def test_an_hf_speech_recogniser_from_a_directory(tmp_path):
+    """`--asr DIR`: a transformers checkpoint (a tiny random Whisper from make-tiny) through the library, compared
+    with HF's own pipeline on the same samples."""
+    import sys
+
+    from transformers import pipeline
+
+    from streamvid.audio.asr import load_recognizer
+
+    out = tmp_path / "whisper"
+    subprocess.run([sys.executable, "-m", "streamvid.cli", "make-tiny", "--arch", "whisper", "--out", str(out)],
+                   check=True, capture_output=True, timeout=300)
+    x = (0.1 * np.random.default_rng(0).standard_normal(RATE)).astype(np.float32)
+    reference = pipeline("automatic-speech-recognition", model=str(out), device="cpu")(
+        {"raw": x, "sampling_rate": RATE})["text"]
+    assert load_recognizer(str(out)).transcribe(x) == " ".join(reference.split())

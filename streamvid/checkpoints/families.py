@@ -21,6 +21,7 @@ from transformers.utils import logging as hf_logging
 from streamvid.checkpoints.tiny import ANSWER_WORDS, CORPUS, CHAT_TEMPLATE, SPECIAL_TOKENS, build_tiny_checkpoint
 
 ARCHS = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision", "llava-next-video")
+SPEECH_ARCHS = ("whisper",)  # speech recognisers for --asr (checkpoints/speech.py)
 
 # LLaVA-OneVision's chat template (ChatML; per message its images, then `<video>\n` per video, then the text)
 OV_CHAT_TEMPLATE = (
@@ -44,14 +45,19 @@ NEXT_VIDEO_CHAT_TEMPLATE = (
 
 
 def make_tiny(arch: str, out_dir: str | Path, seed: int = 0, hidden: int = 64, layers: int = 2) -> Path:
-    """Write a small random checkpoint of `arch` (one of ARCHS) to `out_dir`; returns the directory."""
+    """Write a small random checkpoint of `arch` (one of ARCHS, or a speech recogniser of SPEECH_ARCHS) to
+    `out_dir`; returns the directory."""
     builders = {"qwen2-vl": _qwen2_vl, "qwen3-vl": _qwen3_vl, "llava-onevision": _llava_onevision,
                 "llava-next-video": _llava_next_video}
     hf_logging.disable_progress_bar()
     if arch == "qwen2.5-vl":
         return build_tiny_checkpoint(out_dir, seed=seed, hidden=hidden, layers=layers)
+    if arch == "whisper":
+        from streamvid.checkpoints.speech import tiny_whisper
+
+        return tiny_whisper(out_dir, seed=seed)
     if arch not in builders:
-        raise ValueError(f"unknown arch {arch!r}; expected one of {', '.join(ARCHS)}")
+        raise ValueError(f"unknown arch {arch!r}; expected one of {', '.join(ARCHS + SPEECH_ARCHS)}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
