@@ -382,7 +382,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     mt = sub.add_parser("make-tiny", help="write a small random checkpoint of a supported family (install checks)")
     mt.add_argument("--arch", required=True,
-                    choices=("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision", "llava-next-video", "whisper"))
+                    choices=("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision", "llava-next-video", "whisper",
+                             "vits"))
     mt.add_argument("--out", type=Path, required=True)
     mt.add_argument("--seed", type=int, default=0)
     mt.set_defaults(func=cmd_make_tiny)

@@ -122,19 +122,45 @@ class PiperVoice(Voice):
         return _as_samples(np.concatenate(chunks) if chunks else np.zeros(0, np.float32)), self.rate
 
 
+class HFVoice(Voice):
+    """A transformers `pipeline("text-to-speech")` checkpoint (VITS, ...): an HF id or a local directory,
+    trust_remote_code off."""
+
+    def __init__(self, model: str):
+        from transformers import pipeline
+
+        self.name = model
+        try:
+            self._pipe = pipeline("text-to-speech", model=model, device="cpu", trust_remote_code=False)
+        except Exception as e:  # noqa: BLE001 - a checkpoint that does not load: one line
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise VoiceUnavailable(f"cannot load voice {model!r}: {first}") from None
+
+    def synthesize(self, text: str, variant: str | None = None) -> tuple[np.ndarray, int]:
+        self._check_variant(variant)
+        text = _clean(text)
+        out = self._pipe(text) if text else {"audio": np.zeros(0, np.float32), "sampling_rate": 16000}
+        return _as_samples(out["audio"]), int(out["sampling_rate"])
+
+
 _BACKENDS = {"piper": PiperVoice, "espeak-ng": EspeakVoice}
 
 
 def load_voice(name: str | None = None) -> Voice:
-    """The voice called `name` ("piper" or "espeak-ng"), or the best installed one when name is None or "auto"."""
+    """The voice called `name` ("piper" or "espeak-ng"; an HF id or directory of a text-to-speech checkpoint), or
+    the best installed one when name is None or "auto"."""
     if name in (None, "auto"):
         names = available_voices()
         if not names:
             raise VoiceUnavailable(f"no voice is installed: {INSTALL['espeak-ng']}, or {INSTALL['piper']}")
         name = names[0]
-    if name not in _BACKENDS:
-        raise ValueError(f"unknown voice {name!r}; known: {', '.join(VOICES)}")
-    return _BACKENDS[name]()
+    if name in _BACKENDS:
+        return _BACKENDS[name]()
+    if "/" in name or Path(name).expanduser().is_dir():
+        if not Path(name).expanduser().exists() and name.count("/") != 1:
+            raise VoiceUnavailable(f"voice {name!r}: no such directory")
+        return HFVoice(name)
+    raise ValueError(f"unknown voice {name!r}; known: {', '.join(VOICES)}, or an HF id or directory")
 
 
 def available_voices() -> list[str]:

@@ -21,7 +21,7 @@ from transformers.utils import logging as hf_logging
 from streamvid.checkpoints.tiny import ANSWER_WORDS, CORPUS, CHAT_TEMPLATE, SPECIAL_TOKENS, build_tiny_checkpoint
 
 ARCHS = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision", "llava-next-video")
-SPEECH_ARCHS = ("whisper",)  # speech recognisers for --asr (checkpoints/speech.py)
+SPEECH_ARCHS = ("whisper", "vits")  # a speech recogniser for --asr and a voice for --tts (checkpoints/speech.py)
 
 # LLaVA-OneVision's chat template (ChatML; per message its images, then `<video>\n` per video, then the text)
 OV_CHAT_TEMPLATE = (
@@ -52,10 +52,10 @@ def make_tiny(arch: str, out_dir: str | Path, seed: int = 0, hidden: int = 64, l
     hf_logging.disable_progress_bar()
     if arch == "qwen2.5-vl":
         return build_tiny_checkpoint(out_dir, seed=seed, hidden=hidden, layers=layers)
-    if arch == "whisper":
-        from streamvid.checkpoints.speech import tiny_whisper
+    if arch in SPEECH_ARCHS:
+        from streamvid.checkpoints.speech import tiny_vits, tiny_whisper
 
-        return tiny_whisper(out_dir, seed=seed)
+        return (tiny_whisper if arch == "whisper" else tiny_vits)(out_dir, seed=seed)
     if arch not in builders:
         raise ValueError(f"unknown arch {arch!r}; expected one of {', '.join(ARCHS + SPEECH_ARCHS)}")
     out = Path(out_dir)
