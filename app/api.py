@@ -7,8 +7,10 @@
     /poll(cursor) -> {"cursor", "outputs"}    answers, alerts, remarks and status events since cursor
     /status() -> stats                        /stop() -> stats
 
-Every endpoint checks its arguments first (validation.py) and answers a one-line error; a call makes a session
-only when it succeeds (SessionManager.call). The page's callbacks (ui.py) find their sessions the same way.
+Every endpoint checks its arguments first (streamvid.hub.validation) and answers a one-line error; a call makes a
+session only when it succeeds (SessionManager.call). The page's callbacks (ui.py) find their sessions the same way.
+A pushed image arrives as a file (gradio stores it; no decoding there) and is read by the hub, which refuses it
+above the pixel cap from its header, in one line.
 """
 
 from __future__ import annotations
@@ -17,15 +19,16 @@ import functools
 
 import gradio as gr
 
-from streamvid_app import frames, validation
+from streamvid.hub import validation
+from streamvid.hub.errors import ArgumentError, HubError, Refused
 from streamvid_app.chat import model_name
-from streamvid_app.inputs import VIDEO_SUFFIXES, InputRefused
+from streamvid_app.inputs import VIDEO_SUFFIXES
 from streamvid_app.manager import SessionManager
-from streamvid_app.sessions import Session, SessionError
+from streamvid_app.sessions import Session
 
-USER_ERRORS = (SessionError, InputRefused, ValueError, RuntimeError, OSError)
+USER_ERRORS = (HubError, ValueError, OSError)  # the hub's refusals, and a bad value or file of the user's
 MIN_REST_HASH = 16  # characters of a session hash that a REST call chooses itself
-ArgumentError = validation.ArgumentError
+IMAGE_SUFFIXES = [".png", ".jpg", ".jpeg", ".webp"]  # the files streamvid.hub.images reads (PNG, JPEG, WebP)
 
 
 def user_errors(fn):
@@ -90,14 +93,15 @@ def add_api(manager: SessionManager, ask_timeout_s: float) -> None:
     @user_errors
     def push_frame(image: str | None, request: gr.Request, t_s: float | None = None) -> dict:
         if image is None:
-            raise SessionError("no image")
+            raise Refused("no image")
         path = validation.text(image, "image")
-        t_s = validation.stream_time(t_s)
         try:
-            frame = frames.load(path, manager.policy.max_frame_pixels, manager.config.frame_px)
+            t_s = validation.stream_time(t_s)
+            if manager.uploads.owns(path) is None:
+                raise Refused("the image must be a file uploaded to this server")
+            return with_session(manager, request, lambda s: s.push_frame(path, t_s))
         finally:
             manager.uploads.discard(path)  # a pushed frame's upload is not kept
-        return with_session(manager, request, lambda s: s.push_frame(frame, t_s))
 
     @user_errors
     def ask(question: str, request: gr.Request) -> dict:
@@ -144,8 +148,8 @@ def add_api(manager: SessionManager, ask_timeout_s: float) -> None:
     with gr.Column(visible=False):
         source = gr.Textbox(label="source")
         video = gr.File(label="video", file_types=list(VIDEO_SUFFIXES), type="filepath")
-        # a file path, read by frames.load: sized from its header before anything decodes it
-        image = gr.Image(label="image", type="filepath", image_mode=None)
+        # a file, read by the hub: sized from its header before anything decodes it
+        image = gr.File(label="image", file_types=IMAGE_SUFFIXES, type="filepath")
         t_s = gr.Number(label="t_s", value=None)
         out = gr.JSON()
         trigger_start, trigger_push = gr.Button(), gr.Button()

@@ -56,5 +56,5 @@ def status_line(status: dict) -> str:
     return f"*[{clock(status.get('t_s'))}] {status.get('event') or status['text']}*"
 
 
-def error_line(error: BaseException) -> str:
+def error_line(error: str) -> str:
     return f"*The stream stopped with an error: {error}. Start it again to go on.*"

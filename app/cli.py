@@ -17,6 +17,9 @@ import tempfile
 
 def register(sub: argparse._SubParsersAction) -> None:
     from streamvid.cli_engine import add_engine_args
+    from streamvid.hub.images import DEFAULT_MAX_PIXELS
+    from streamvid_app.inputs import MAX_UPLOAD_MB
+
     dm = sub.add_parser("demo", help="the web assistant: webcam, demo clips, uploads, URLs; chat, alerts, API")
     dm.add_argument("--video", default=None, help="a video file, URL or cam:N to offer first (default: demo clips)")
     dm.add_argument("--host", default=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
@@ -29,11 +32,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="browser tabs / API clients served at once (default: the engine's --max-streams)")
     dm.add_argument("--max-sessions-per-client", type=int, default=None, metavar="N",
                     help="sessions one login user (or one address without login) may hold (default: half)")
-    dm.add_argument("--idle-timeout-s", type=float, default=600.0, help="close a session idle this long")
-    dm.add_argument("--max-upload-mb", type=float, default=200.0, help="largest video file a page may upload")
+    dm.add_argument("--idle-timeout-s", type=float, default=600.0,
+                    help="close a session idle this long (as `serve --stream-idle-timeout-s`; 0: never)")
+    dm.add_argument("--max-upload-mb", type=float, default=MAX_UPLOAD_MB, help="largest video file a page may upload")
     dm.add_argument("--upload-quota-mb", type=float, default=2048.0,
                     help="all uploads together; the oldest not playing are removed beyond it")
-    dm.add_argument("--max-frame-pixels", type=int, default=4096 * 4096, metavar="N",
+    dm.add_argument("--max-frame-pixels", type=int, default=DEFAULT_MAX_PIXELS, metavar="N",
                     help="refuse videos and images whose frames have more pixels (default: 4096x4096)")
     dm.add_argument("--allow-private-urls", action="store_true",
                     help="let URLs reach loopback, LAN and other non-public addresses (cameras on your network)")
@@ -47,9 +51,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from streamvid.cli_engine import check_model, embedder_checkpoint, engine_config, offline_if_local
 
     offline_if_local(args.model, embedder_checkpoint(args))
-    from streamvid_app.inputs import InputPolicy
+    from streamvid.hub.images import cap_decoded_pixels
+    from streamvid.hub.options import HubOptions
     from streamvid_app.manager import SessionManager
-    from streamvid_app.frames import cap_decoded_pixels
     from streamvid_app.server import check_bind, launch, upload_folder
     from streamvid_app.ui import build_demo
 
@@ -63,12 +67,16 @@ def cmd_demo(args: argparse.Namespace) -> int:
     uploads = tempfile.mkdtemp(prefix="streamvid-uploads-", dir=previous)
     os.environ["GRADIO_TEMP_DIR"] = uploads
     try:
-        policy = InputPolicy.default([upload_folder()], operator_video=args.video, max_upload_mb=args.max_upload_mb,
-                                     max_frame_pixels=args.max_frame_pixels,
-                                     allow_private_urls=args.allow_private_urls, max_outage_s=args.max_outage_s)
-        manager = SessionManager(cfg, policy, max_sessions=args.max_sessions, idle_timeout_s=args.idle_timeout_s,
-                                 max_sessions_per_client=args.max_sessions_per_client,
-                                 upload_quota_mb=args.upload_quota_mb)
+        if not args.idle_timeout_s >= 0:
+            raise ValueError(f"--idle-timeout-s must be a number of seconds >= 0 (0: never), got {args.idle_timeout_s}")
+        options = HubOptions(max_frame_pixels=args.max_frame_pixels, allow_private_urls=args.allow_private_urls,
+                             max_outage_s=args.max_outage_s, stream_idle_timeout_s=args.idle_timeout_s or None)
+        options.policy(max_upload_mb=args.max_upload_mb, operator_video=args.video)  # refused before the model loads
+        manager = SessionManager.standalone(cfg, options, upload_dirs=[upload_folder()],
+                                            max_upload_mb=args.max_upload_mb, operator_video=args.video,
+                                            max_sessions=args.max_sessions,
+                                            max_sessions_per_client=args.max_sessions_per_client,
+                                            upload_quota_mb=args.upload_quota_mb)
         try:
             launch(build_demo(manager), host=args.host, port=args.port, auth=creds,
                    max_upload_mb=args.max_upload_mb)

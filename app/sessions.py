@@ -1,27 +1,28 @@
-"""A session of `streamvid demo`: one browser tab or API client, its stream, chat, alerts and conditions.
+"""A session of the web page: one browser tab or API client, its stream on the hub, chat, alerts and conditions.
 
-    s = manager.session("tab-or-client-key")    # SessionManager (manager.py): made on first use, one model
-    s.start("shapes_7")                         # a fresh stream (and a fresh assistant) per start
+    s = manager.session("tab-or-client-key")    # SessionManager (manager.py): made on first use, one hub
+    s.start("shapes_7")                         # a fresh hub stream (and a fresh assistant) per start
     qid = s.ask("How many shapes are on screen?")
     s.wait_answer(qid)                          # the answer object `streamvid run` prints
     s.poll(0)                                   # {"cursor": n, "outputs": [answers, alerts, ...]}
     s.stop()                                    # the final stats
 
-The gradio layer (`streamvid_app.ui`) only maps callbacks onto these methods. Errors a user can cause (a refused
-input, an empty question, a full queue, no stream running) raise `SessionError` or `InputRefused` with a message
-for the page; the session stays usable. A worker that fails ends its stream, not the session: the error is kept
-in `status()` and the chat, and the next `start` begins a fresh stream.
+The gradio layer (`streamvid_app.ui`, `streamvid_app.api`) only maps callbacks onto these methods. A session's
+stream is a stream of the hub (streamvid.hub), opened with the page's source policy (the hub's, plus its upload
+folders): its frames, questions and watches go through the hub, which checks them as it checks an HTTP client's,
+and its outputs reach the transcript through the hub's fan-out. Errors a user can cause (a refused input, an empty
+question, a full queue, no stream running) raise the hub's errors (`SessionError` is their base) with a message for
+the page; the session stays usable. A stream whose work fails ends, not the session: the error is kept in
+`status()` and the chat, and the next `start` opens a fresh stream.
 
-This module holds the lifecycle (streams started and stopped on the shared engine, standing conditions watched
-again on a fresh stream, narration) and the methods the page and the API call. The chat, the alerts, the log that
-`poll` reads and the drain of a stream's outputs into them are in `transcript.py` (the lines' wording in
-`chat.py`); frames are checked, sized, pushed and kept for the preview by `frames.py`.
+This module holds the lifecycle (streams started and stopped, standing conditions watched again on a fresh stream,
+narration) and the methods the page and the API call. The chat, the alerts and the log that `poll` reads are in
+`transcript.py` (the lines' wording in `chat.py`).
 
 Thread contract. `Session`: every public method may be called from any thread (gradio runs callbacks on worker
 threads, and a tab's timer, webcam and buttons overlap). `_lock` serialises the lifecycle (start, stop, watch,
 unwatch, close); `_cond` (the transcript's `cond`) guards the transcript, the answers and the current stream; lock
-order `_lock` -> `_cond`. Each running stream has one drain thread ("streamvid-app-outputs") that moves the
-assistant's outputs into the transcript under `_cond` and notifies waiters.
+order `_lock` -> `_cond`; neither is held while the hub closes a stream (its fan-out thread takes `_cond`).
 """
 from __future__ import annotations
 
@@ -29,32 +30,22 @@ import threading
 import time
 from collections.abc import Iterator
 
-import numpy as np
-
-from streamvid.engine import Engine
-from streamvid.assistant import BusyError, StreamingAssistant
-from streamvid.config import EngineConfig
+from streamvid.assistant import StreamingAssistant
+from streamvid.engine import EngineFull
+from streamvid.hub.errors import Busy, HubError, NotFound, Refused
+from streamvid.hub.hub import Hub
+from streamvid.hub.policy import SourcePolicy, Target
 from streamvid.types import Frame
-from streamvid_app import frames
 from streamvid_app.chat import model_name
-from streamvid_app.frames import FrameTap
-from streamvid_app.inputs import InputPolicy, Target
 from streamvid_app.transcript import Stream, Transcript
 from streamvid_app.uploads import UploadFolders
 
-# FrameTap moved to frames.py; it is still importable from here
-__all__ = ["FrameTap", "Session", "SessionError", "SessionLimitError", "TRIGGERS_UNAVAILABLE", "triggers_available"]
+__all__ = ["Session", "SessionError", "SessionLimitError", "TRIGGERS_UNAVAILABLE", "triggers_available"]
 
 TRIGGERS_UNAVAILABLE = ("standing triggers are not available in this version of streamvid "
                         "(StreamingAssistant has no watch()); questions and answers work")
-
-
-class SessionError(RuntimeError):
-    """Something the user asked for cannot be done now; the message says why. The session stays usable."""
-
-
-class SessionLimitError(SessionError):
-    """All session slots are taken."""
+SessionError = HubError  # what a session refuses: the hub's errors, each with its message for the page
+SessionLimitError = Busy  # every session slot (or every one of this client's) is taken
 
 
 def triggers_available() -> bool:
@@ -62,16 +53,15 @@ def triggers_available() -> bool:
 
 
 class Session:
-    def __init__(self, key: str, config: EngineConfig, engine: Engine, policy: InputPolicy,
-                 log_size: int = 1000, webcam_gap_s: float = 3.0, client: str = "",
-                 uploads: UploadFolders | None = None):
-        self.key, self.config, self.engine, self.policy = key, config, engine, policy
-        self.adapter = engine.adapter
+    def __init__(self, key: str, hub: Hub, policy: SourcePolicy, log_size: int = 1000, webcam_gap_s: float = 3.0,
+                 client: str = "", uploads: UploadFolders | None = None):
+        self.key, self.hub, self.policy = key, hub, policy
+        self.config, self.engine, self.adapter = hub.config, hub.engine, hub.engine.adapter
         self.uploads = uploads  # an uploaded video is removed once its stream stops
         self.client = client  # who made it (login user or address): the per-client session limit counts these
         self.webcam_gap_s = webcam_gap_s
         self._lock = threading.Lock()
-        self._transcript = Transcript(key, log_size)  # chat, alerts, the poll log; the drain of outputs into them
+        self._transcript = Transcript(key, log_size)  # chat, alerts, the poll log
         self._cond = self._transcript.cond
         # guarded by _cond
         self._stream: Stream | None = None
@@ -82,7 +72,7 @@ class Session:
         self._closed = False
         self._webcam_armed = True
         self._last_webcam_s: float | None = None
-        self.narrate = config.narration.on  # remarks without being asked, for streams started from now on
+        self.narrate = self.config.narration.on  # remarks without being asked, for streams started from now on
         self.last_active_s = time.monotonic()
 
     @property
@@ -92,12 +82,12 @@ class Session:
 
     # ---- streams ----------------------------------------------------------------------------------------
     def start(self, spec: str) -> dict:
-        """Start a fresh stream on `spec` (see InputPolicy.resolve), replacing the running one."""
+        """Start a fresh stream on `spec` (see SourcePolicy.resolve; uploads allowed), replacing the running one."""
         self.touch()
-        target = self.policy.resolve(spec)  # refused before the running stream is touched
+        target = self.policy.resolve(spec, uploads=True)  # refused before the running stream is touched
         with self._lock:
             self._webcam_armed = False  # an explicit choice: webcam frames no longer take over
-            return self._start(target, target.label, webcam=False)
+            return self._start(target, "pushed frames" if target.kind == "push" else target.label, webcam=False)
 
     def start_webcam(self) -> dict:
         """Start a fresh push stream fed by the browser webcam (`push_frame(..., webcam=True)`)."""
@@ -112,9 +102,7 @@ class Session:
         with self._lock:
             self._webcam_armed = False  # a webcam still recording does not restart the stream
             stats = self._stop_stream()
-            if self._prepared is not None:
-                self._prepared.stop()
-                self._prepared = None
+            self._drop_prepared()
         return stats or self.status()
 
     def close(self) -> None:
@@ -122,16 +110,14 @@ class Session:
         with self._lock:
             self._closed = True
             self._stop_stream()
-            if self._prepared is not None:
-                self._prepared.stop()
-                self._prepared = None
+            self._drop_prepared()
 
-    def push_frame(self, image: np.ndarray, t_s: float | None = None, webcam: bool = False) -> dict | None:
-        """Offer one RGB image to the running push stream (latest frame wins) at stream time `t_s` (None: wall
-        time since the first push). From the webcam (`webcam=True`), the first frame of a recording starts a
-        webcam stream; webcam frames are ignored after the user stopped or chose another input, until the next
-        recording (a pause longer than `webcam_gap_s`) or a start of the webcam input. Returns the frame counts,
-        or None for an ignored webcam frame."""
+    def push_frame(self, image, t_s: float | None = None, webcam: bool = False) -> dict | None:
+        """Offer one image (an RGB array, or an image file's path) to the running push stream (latest frame wins)
+        at stream time `t_s` (None: the hub's push clock). From the webcam (`webcam=True`), the first frame of a
+        recording starts a webcam stream; webcam frames are ignored after the user stopped or chose another input,
+        until the next recording (a pause longer than `webcam_gap_s`) or a start of the webcam input. Returns the
+        frame counts, or None for an ignored webcam frame."""
         self.touch()
         if webcam:
             with self._lock:
@@ -146,11 +132,9 @@ class Session:
                     self._start(self.policy.resolve("push"), "webcam", webcam=True)
         stream = self._stream
         if stream is None or stream.target.kind != "push" or stream.closed:
-            raise SessionError('no push stream is running: start one with source "push" first')
-        stream.tap.push(frames.prepare(image, self.policy.max_frame_pixels, self.config.frame_px), t_s)
-        st = stream.sa.ingest_stats()
-        return {"type": "status", "event": "frame", "t_s": round(stream.sa.latest_t_s, 3),
-                "frames_in": st["frames_in"], "frames_dropped": st["frames_dropped"]}
+            raise Refused('no push stream is running: start one with source "push" first')
+        pushed = self.hub.push(stream.sid, image, t_s=t_s)
+        return {"type": "status", "event": "frame", **pushed}
 
     # ---- questions --------------------------------------------------------------------------------------
     def ask(self, question: str) -> str:
@@ -159,12 +143,7 @@ class Session:
         with self._cond:
             stream = self._running()
             t_s = stream.sa.latest_t_s
-            try:
-                qid = stream.sa.ask(question, t_s=t_s)
-            except (BusyError, ValueError) as e:
-                raise SessionError(str(e)) from e
-            except RuntimeError as e:  # the stream's worker failed
-                raise SessionError(f"the stream stopped with an error: {e}; start it again") from e
+            qid = self.hub.ask(stream.sid, question, t_s=t_s)
             self._asked[qid] = stream
             self._transcript.asked(stream, qid, question, t_s)
         return qid
@@ -197,27 +176,27 @@ class Session:
 
     # ---- triggers ---------------------------------------------------------------------------------------
     def watch(self, condition: str, **thresholds) -> str:
-        """Add a standing "tell me when ..." condition; returns its trigger id. `thresholds` (fire, reset, k,
-        cooldown_s) override the engine's firing rule. It stays with the session: a fresh stream watches it again
-        (under a new id)."""
+        """Add a standing "tell me when ..." condition; returns its trigger id. `thresholds` (fire, reset) override
+        the engine's firing rule. It stays with the session: a fresh stream watches it again (under a new id)."""
         self.touch()
         if not triggers_available():
             raise SessionError(TRIGGERS_UNAVAILABLE)
         condition = condition.strip()
         if not condition:
-            raise SessionError("empty condition")
+            raise Refused("empty condition")
         with self._lock:
             self._check_open()
             with self._cond:
-                sa = self._stream.sa if self._stream is not None else None
-            if sa is None:  # no stream yet: an assistant that the next start() will run
+                stream = self._stream
+            if stream is not None:
+                tid = self.hub.watch(stream.sid, condition, **thresholds)["id"]
+            else:  # no stream yet: an assistant that the next start() will run
                 if self._prepared is None:
                     self._prepared = self._new_assistant()
-                sa = self._prepared
-            try:
-                tid = sa.watch(condition, **thresholds)
-            except ValueError as e:
-                raise SessionError(str(e)) from e
+                try:
+                    tid = self._prepared.watch(condition, **thresholds)
+                except ValueError as e:
+                    raise Refused(str(e)) from None
             with self._cond:
                 self._conditions[tid] = (condition, thresholds)
                 self._transcript.changed()
@@ -255,17 +234,28 @@ class Session:
         """The keys of `streamvid run`'s stats line for the current (or last) stream, and where it stands."""
         with self._cond:
             stream = self._stream
-            base = {"type": "stats", "model": model_name(self.config.model), "device": str(self.adapter.device),
-                    "last_ttft_ms": self._transcript.last_ttft_ms}
             if stream is None:
-                return {**(self._last_stats or {}), **base, "narrate": self.narrate, "running": False,
-                        "source": self._last_stats.get("source") if self._last_stats else None}
+                last = self._last_stats or {}
+                return {**last, **self._base(), "narrate": self.narrate, "running": False,
+                        "source": last.get("source")}
+        try:
+            return self._describe(stream, self.hub.status(stream.sid, touch=False))
+        except NotFound:  # closed by the hub (its shutdown)
+            return self._describe(stream, {**stream.sa.stats(), "t_s": round(stream.sa.latest_t_s, 3),
+                                           "running": False, "ended": stream.sa.ended})
+
+    def _base(self) -> dict:
+        return {"type": "stats", "model": model_name(self.config.model), "device": str(self.adapter.device),
+                "last_ttft_ms": self._transcript.last_ttft_ms}
+
+    def _describe(self, stream: Stream, hub_status: dict) -> dict:
+        """The page's stats of `stream`: the hub's status with the page's own keys."""
+        with self._cond:
             error = stream.error
-        sa = stream.sa
-        return {**base, **sa.stats(), "narrate": sa.config.narration.on, "t_s": round(sa.latest_t_s, 3),
+        return {**self._base(), **hub_status, "narrate": stream.sa.config.narration.on,
                 "wall_s": round(time.monotonic() - stream.started_s, 2), "source": stream.label,
-                "running": error is None and not sa.ended, "ended": sa.ended,
-                "error": error}
+                "running": bool(hub_status.get("running")) and error is None,
+                "error": error or hub_status.get("error")}
 
     def chat(self) -> list[dict]:
         return self._transcript.chat()
@@ -281,7 +271,11 @@ class Session:
 
     def latest_frame(self) -> Frame | None:
         with self._cond:
-            return self._stream.tap.last if self._stream is not None else None
+            stream = self._stream
+        try:
+            return self.hub.latest_frame(stream.sid) if stream is not None else None
+        except NotFound:
+            return None
 
     def touch(self) -> None:
         self.last_active_s = time.monotonic()
@@ -306,7 +300,7 @@ class Session:
     def _running(self) -> Stream:
         """The current stream (with _cond held); SessionError if there is none."""
         if self._stream is None:
-            raise SessionError("no stream is running: start one first")
+            raise Refused("no stream is running: start one first")
         return self._stream
 
     def _start(self, target: Target, label: str, webcam: bool) -> dict:
@@ -314,36 +308,28 @@ class Session:
         self._check_open()
         self._stop_stream()
         sa = self._take_assistant()
-        try:
-            source = self.policy.open(target, fps=self.config.fps, size=self.config.frame_px)
-        except ValueError:
-            sa.stop()
-            raise
-        tap = FrameTap(source)
-        try:
-            sa.start(tap)
-        except BaseException:
-            sa.stop()
-            tap.close()
-            raise
-        stream = Stream(sa, target, tap, label, webcam)
-        with self._cond:
+        stream = Stream(sa, target, label, webcam)
+        with self._cond:  # the stream's first outputs wait for it to be the session's
+            stream.sid = self.hub.open(target, client=self.client, assistant=sa,
+                                       listener=lambda item: self._transcript.on_item(stream, item))["id"]
             self._stream = stream
             self._asked = {}  # ids restart with the new assistant
             event = self._transcript.started(label)
-        self._transcript.drain_in_background(stream)
         return {**event, "triggers": self.triggers()}
 
     def _asked_on(self, qid: str) -> Stream:
         """The stream question `qid` was last asked on (with _cond held)."""
         if qid not in self._asked:
-            raise SessionError(f"no question {qid!r} was asked in this session")
+            raise NotFound(f"no question {qid!r} was asked in this session")
         return self._asked[qid]
 
     def _new_assistant(self) -> StreamingAssistant:
         """A fresh assistant on the shared model, watching the session's standing conditions (under new ids)."""
         config = self.config if self.config.narration.on == self.narrate else self.config.replace(narrate=self.narrate)
-        sa = StreamingAssistant(config, engine=self.engine)
+        try:
+            sa = StreamingAssistant(config, engine=self.engine)
+        except EngineFull as e:
+            raise Busy(str(e)) from None
         if self._conditions and triggers_available():
             with self._cond:
                 conditions = list(self._conditions.values())
@@ -357,18 +343,23 @@ class Session:
             sa = None
         return sa if sa is not None else self._new_assistant()
 
+    def _drop_prepared(self) -> None:
+        if self._prepared is not None:
+            self._prepared.stop()
+            self._prepared = None
+
     def _stop_stream(self) -> dict | None:
-        """Stop the current stream (with _lock held): workers joined, memory closed, drain thread joined."""
+        """Stop the current stream on the hub (with _lock held): its work, reader and fan-out joined."""
         stream = self._stream
         if stream is None:
             return None
-        stream.done.set()
         try:
-            stream.sa.stop()
-        except RuntimeError as e:  # a worker error nobody had read yet
-            self._transcript.on_error(stream, e)
-        self._transcript.drain_rest(stream, join_timeout_s=self.config.join_timeout_s)
-        stats = self.status()
+            final = self.hub.close(stream.sid)
+        except NotFound:  # closed by the hub already (its shutdown)
+            final = {**stream.sa.stats(), "t_s": round(stream.sa.latest_t_s, 3), "ended": stream.sa.ended}
+        if final.get("error"):
+            self._transcript.on_error(stream, final["error"])
+        stats = {k: v for k, v in self._describe(stream, final).items() if k not in ("deleted", "reason")}
         if stream.target.kind == "upload" and self.uploads is not None:
             self.uploads.discard(stream.target.spec)
         with self._cond:

@@ -1,23 +1,20 @@
 """A session's transcript: the chat (answers streamed into it token by token, alerts, remarks, status lines), the
-alerts, and the log of outputs that `poll` reads; and the drain thread that moves a running stream's outputs there.
+alerts, and the log of outputs that `poll` reads, written from its stream's outputs as the hub delivers them.
 
     transcript = Transcript("tab-key", log_size=1000)
-    stream = Stream(sa, target, tap, "shapes_7", webcam=False)
+    stream = Stream(sa, target, "shapes_7", webcam=False)
+    hub.open(target, assistant=sa, listener=lambda item: transcript.on_item(stream, item))
     with transcript.cond:
         transcript.started("shapes_7")                  # "*Watching shapes_7.*", a "started" status in the log
-    transcript.drain_in_background(stream)              # thread "streamvid-app-outputs" until stream.done is set
-    with transcript.cond:
         transcript.asked(stream, qid, question, t_s)    # the question, then its answer's line filled token by token
     transcript.poll(0)                                  # {"cursor": n, "outputs": [answers, alerts, ...]}
-    stream.done.set(); stream.sa.stop()
-    transcript.drain_rest(stream, join_timeout_s=5.0)   # the thread joined, what is left moved in
 
-Only the assistant's public API is used: `outputs()` for the outputs, `latest_t_s` for an error's stream time.
-What the chat lines say is in chat.py.
+The items are the JSON objects the hub's fan-out gives every reader (streamvid.hub.fanout): `on_item` runs on the
+stream's fan-out thread ("streamvid-hub-fanout"). What the chat lines say is in chat.py.
 
-Thread contract. `cond` (a re-entrant Condition) guards everything here and the fields of every `Stream` below its
-`thread`. Methods documented "with cond held" expect the caller to hold it (so that a session can change its own
-state in the same step); the others take it. Every change bumps `version` and notifies the waiters on `cond`.
+Thread contract. `cond` (a re-entrant Condition) guards everything here and the fields of every `Stream`. Methods
+documented "with cond held" expect the caller to hold it (so that a session can change its own state in the same
+step); the others take it. Every change bumps `version` and notifies the waiters on `cond`.
 """
 from __future__ import annotations
 
@@ -27,26 +24,23 @@ import time
 from collections import deque
 
 from streamvid.assistant import StreamingAssistant
+from streamvid.hub.policy import Target
 from streamvid_app.chat import alert_line, answer_line, error_line, pending_line, say_line, status_line, watching_line
-from streamvid_app.frames import FrameTap
-from streamvid_app.inputs import Target
 
 log = logging.getLogger(__name__)
 
-DRAIN_WAIT_S = 0.25  # how long the drain thread blocks on the outputs queue before checking its stop event
 CHAT_MESSAGES = 200  # chat messages a session keeps
 ALERTS_KEPT = 200
 
 
 class Stream:
-    """One assistant on one source, from a session's `start` to its `stop`. Fields below `thread` are guarded by the
-    transcript's `cond`."""
+    """One assistant on one source, from a session's `start` to its `stop`: the hub stream `sid`. Fields below
+    `started_s` are guarded by the transcript's `cond`."""
 
-    def __init__(self, sa: StreamingAssistant, target: Target, tap: FrameTap, label: str, webcam: bool):
-        self.sa, self.target, self.tap, self.label, self.webcam = sa, target, tap, label, webcam
+    def __init__(self, sa: StreamingAssistant, target: Target, label: str, webcam: bool):
+        self.sa, self.target, self.label, self.webcam = sa, target, label, webcam
+        self.sid: str | None = None  # its id on the hub, once opened
         self.started_s = time.monotonic()
-        self.done = threading.Event()  # tells the drain thread to finish
-        self.thread: threading.Thread | None = None
         # guarded by the transcript's cond
         self.closed = False
         self.error: str | None = None
@@ -118,66 +112,46 @@ class Transcript:
         self.version += 1
         self.cond.notify_all()
 
-    # ---- a stream's outputs -----------------------------------------------------------------------------
-    def drain_in_background(self, stream: Stream) -> None:
-        """Start the stream's drain thread: its outputs into the transcript until `stream.done` is set."""
-        stream.thread = threading.Thread(target=self._drain, args=(stream,), name="streamvid-app-outputs",
-                                         daemon=True)
-        stream.thread.start()
-
-    def drain_rest(self, stream: Stream, join_timeout_s: float) -> None:
-        """After `stream.done` was set and its assistant stopped: join the drain thread (for at most
-        `join_timeout_s` and two waits of its own), then move in the outputs still queued."""
-        if stream.thread is not None:
-            stream.thread.join(timeout=join_timeout_s + 2 * DRAIN_WAIT_S)
-        try:
-            for out in stream.sa.outputs(timeout_s=0.0):
-                self.on_output(stream, out)
-        except RuntimeError as e:
-            self.on_error(stream, e)
-
-    def _drain(self, stream: Stream) -> None:
-        """Drain thread: the assistant's outputs into the transcript until the stream is stopped."""
-        try:
-            while not stream.done.is_set():
-                for out in stream.sa.outputs(timeout_s=DRAIN_WAIT_S):
-                    self.on_output(stream, out)
-        except RuntimeError as e:  # a worker failed: the stream is over, the session is not
-            self.on_error(stream, e)
-
-    def on_output(self, stream: Stream, out) -> None:
-        """One output of `stream`'s assistant: a token extends its answer's line; anything else goes to the log,
-        and answers, alerts, remarks and status events to the chat as well."""
+    # ---- a stream's outputs ----------------------------------------------------------------------------
+    def on_item(self, stream: Stream, item: dict) -> None:
+        """One output of `stream` (on its fan-out thread): an answer.delta piece extends its answer's line; an error
+        ends the stream; the hub's "closed" marks it closed; anything else goes to the log, and answers, alerts,
+        remarks and status events to the chat as well."""
+        kind, event = item.get("type"), item.get("event")
+        if kind == "status" and event == "error":
+            self.on_error(stream, item.get("message") or "the stream failed")
+            return
         with self.cond:
-            if out.kind == "token":
-                pending = stream.pending.get(out.id)
+            if kind == "answer.delta":
+                pending = stream.pending.get(item.get("id"))
                 if pending is not None:
                     message, t_s, pieces = pending
-                    pieces.append(out.text)
+                    pieces.append(item.get("text", ""))
                     message["content"] = pending_line(t_s, pieces)
+            elif kind == "status" and event in ("ended", "closed"):  # the hub's own: the chat says it otherwise
+                stream.closed = stream.closed or event == "closed"
             else:
-                obj = out.to_json()
-                self.add_log(obj)
-                if out.kind == "answer":
-                    message, _, _ = stream.pending.pop(out.id, (None, 0.0, None))
-                    text = answer_line(obj)
+                self.add_log(item)
+                if kind == "answer":
+                    message, _, _ = stream.pending.pop(item.get("id"), (None, 0.0, None))
+                    text = answer_line(item)
                     if message is not None:
                         message["content"] = text
                     else:
                         self._chat.append({"role": "assistant", "content": text})
-                    stream.answers[out.id] = obj
-                    self.last_ttft_ms = obj.get("ttft_ms")
-                elif out.kind == "alert":
-                    self._alerts.append(obj)
-                    self._chat.append({"role": "assistant", "content": alert_line(obj)})
-                elif out.kind == "say":
-                    self._chat.append({"role": "assistant", "content": say_line(obj)})
-                elif out.kind == "status":
-                    self._chat.append({"role": "assistant", "content": status_line(obj)})
+                    stream.answers[item.get("id")] = item
+                    self.last_ttft_ms = item.get("ttft_ms")
+                elif kind == "alert":
+                    self._alerts.append(item)
+                    self._chat.append({"role": "assistant", "content": alert_line(item)})
+                elif kind == "say":
+                    self._chat.append({"role": "assistant", "content": say_line(item)})
+                elif kind == "status":
+                    self._chat.append({"role": "assistant", "content": status_line(item)})
             self.changed()
 
-    def on_error(self, stream: Stream, error: BaseException) -> None:
-        """`stream`'s worker failed: the stream is closed, the first error kept (and logged, and said in the chat)."""
+    def on_error(self, stream: Stream, error: str) -> None:
+        """`stream`'s work failed: the stream is closed, the first error kept (and logged, and said in the chat)."""
         log.warning("session %s: stream %s failed: %s", self.key, stream.label, error)
         with self.cond:
             if stream.error is None:

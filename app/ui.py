@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from streamvid_app import validation
+from streamvid.hub import validation
+from streamvid.hub.errors import Refused
 from streamvid_app.api import (
     USER_ERRORS,
     ArgumentError,
@@ -32,7 +33,7 @@ from streamvid_app.api import (
 from streamvid_app.chat import alert_text, clock, model_name
 from streamvid_app.inputs import VIDEO_SUFFIXES
 from streamvid_app.manager import SessionManager
-from streamvid_app.sessions import SessionError, triggers_available
+from streamvid_app.sessions import triggers_available
 
 REFRESH_S = 1.0  # how often the page's timer refreshes stats, preview, chat and timeline
 PREVIEW_PX = 224  # smaller frames are shown enlarged (nearest neighbour) in "what the assistant sees"
@@ -147,7 +148,7 @@ def _wire_inputs(manager: SessionManager, inputs: dict, page: _Page, fps: float)
     @user_errors
     def start_upload(path: str | None, request: gr.Request):
         if not path:
-            raise SessionError("choose a video file first")
+            raise Refused("choose a video file first")
         return start(path, request)
 
     @user_errors

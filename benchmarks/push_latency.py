@@ -78,12 +78,11 @@ def http_round_trip(cfg: EngineConfig, images: list) -> dict:
     from gradio_client import Client, handle_file
     from PIL import Image
 
-    from streamvid_app.inputs import InputPolicy
     from streamvid_app.manager import SessionManager
     from streamvid_app.server import launch, upload_folder
     from streamvid_app.ui import build_demo
 
-    manager = SessionManager(cfg, InputPolicy.default([upload_folder()]))
+    manager = SessionManager.standalone(cfg, upload_dirs=[upload_folder()])
     demo = launch(build_demo(manager), port=None, block=False)
     try:
         client = Client(demo.local_url, verbose=False)

@@ -11,13 +11,37 @@ import threading
 
 import httpx
 import numpy as np
+import pytest
 import uvicorn
 from fastapi import FastAPI
 from PIL import Image
 
 from streamvid.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
+from streamvid.engine import Engine
 from streamvid.types import Frame
+
+
+# ---- fixtures two serve test modules share (imported there by name) -------------------------------------------
+@pytest.fixture(scope="module")
+def config(tiny_model_dir) -> EngineConfig:
+    """The tiny random checkpoint on the CPU, a 2 s window (older blocks go to long-term memory)."""
+    return EngineConfig.from_settings(model=str(tiny_model_dir), max_new_tokens=8, window_s=2.0, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def engine(config, adapter):
+    engine = Engine(config, adapter)
+    yield engine
+    engine.close()
+
+
+@pytest.fixture()
+def allow_dir(tmp_path):
+    """A folder for --allow-dir, resolved as the server names it in its errors."""
+    folder = tmp_path / "allowed"
+    folder.mkdir()
+    return folder.resolve()
 
 
 def free_port() -> int:

@@ -17,7 +17,6 @@ from gradio_client.exceptions import AppError, AuthenticationError
 from PIL import Image
 
 from streamvid.assets import DEMO_VIDEOS
-from streamvid_app.inputs import InputPolicy
 from streamvid_app.manager import SessionManager
 from streamvid_app.sessions import triggers_available
 from streamvid_app.server import check_bind, launch, upload_folder
@@ -43,7 +42,7 @@ def wait_until(condition, timeout_s: float = 60.0, what: str = "condition") -> N
 @pytest.fixture(scope="module")
 def server():
     # every client here comes from 127.0.0.1, and REST clients leave their sessions open until they idle out
-    manager = SessionManager(CONFIG, InputPolicy.default([upload_folder()]), max_sessions=8, max_sessions_per_client=8)
+    manager = SessionManager.standalone(CONFIG, upload_dirs=[upload_folder()], max_sessions=8, max_sessions_per_client=8)
     demo = launch(build_demo(manager, ask_timeout_s=120.0), port=None, block=False)
     yield demo.local_url, manager
     manager.shutdown()
@@ -198,11 +197,11 @@ def test_inputs_outside_the_allowed_places_are_refused_and_the_session_lives_on(
     client = Client(url, verbose=False)
     with pytest.raises(AppError, match="no stream is running"):
         client.predict("Anything?", api_name="/ask")
-    with pytest.raises(AppError, match="is not a demo clip"):
+    with pytest.raises(AppError, match='is not "push", a demo clip'):
         client.predict("/etc/passwd", None, api_name="/start")
     with pytest.raises(AppError, match="scheme 'file' is not allowed"):
         client.predict("file:///etc/passwd", None, api_name="/start")
-    with pytest.raises(AppError, match="is not a demo clip"):
+    with pytest.raises(AppError, match='is not "push", a demo clip'):
         client.predict(str(DEMO_VIDEOS / ".." / "README.md"), None, api_name="/start")
     text = tmp_path / "notes.mp4"
     text.write_text("not a video")

@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 
 from streamvid.assets import DEMO_VIDEOS
-from streamvid_app.inputs import InputPolicy
 from streamvid_app.manager import SessionManager
 from streamvid.config import EngineConfig
 from streamvid.sources import FileSource
@@ -83,8 +82,8 @@ def served():
     from streamvid_app.server import launch, upload_folder
     from streamvid_app.ui import build_demo
 
-    manager = SessionManager(EngineConfig.from_settings(frame_px=112, max_new_tokens=12),
-                             InputPolicy.default([upload_folder()]))
+    manager = SessionManager.standalone(EngineConfig.from_settings(frame_px=112, max_new_tokens=12),
+                                        upload_dirs=[upload_folder()])
     demo = launch(build_demo(manager), port=None, block=False)
     yield demo.local_url.rstrip("/"), manager
     manager.shutdown()

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from PIL import Image
 
 from streamvid.config import EngineConfig
-from streamvid_app import validation
-from streamvid_app.inputs import InputPolicy
+from streamvid.hub import validation
+from streamvid.hub.policy import SourcePolicy
 from streamvid_app.login import LoginThrottle
 from streamvid_app.manager import SessionManager
 from streamvid_app.sessions import SessionLimitError
@@ -54,8 +54,8 @@ def call(url: str, name: str, data: list, session_hash: str | None = HASH, auth=
 
 @pytest.fixture(scope="module")
 def server(adapter, tmp_path_factory):
-    policy = InputPolicy.default([upload_folder()])
-    manager = SessionManager(CONFIG, policy, adapter=adapter, max_sessions=4, max_sessions_per_client=4)
+    manager = SessionManager.standalone(CONFIG, adapter=adapter, upload_dirs=[upload_folder()], max_sessions=4,
+                                        max_sessions_per_client=4)
     demo = launch(build_demo(manager, ask_timeout_s=60.0), port=None, block=False)
     yield demo.local_url, manager
     manager.shutdown()
@@ -76,8 +76,8 @@ def test_failed_calls_make_no_session(server):
 
 
 def test_one_client_cannot_take_every_session(adapter):
-    policy = InputPolicy({}, ())
-    m = SessionManager(CONFIG, policy, adapter=adapter, max_sessions=4, max_sessions_per_client=2)
+    m = SessionManager.standalone(CONFIG, adapter=adapter, policy=SourcePolicy(clips={}), max_sessions=4,
+                                  max_sessions_per_client=2)
     try:
         m.session("a1", client="user:a")
         m.session("a2", client="user:a")
@@ -107,6 +107,11 @@ def test_frames_above_the_pixel_cap_are_refused_before_decoding(server, tmp_path
     huge_png_header(huge, 10000, 10000)
     with pytest.raises(AppError, match=r"10000x10000 = 100.0 MP, above the 16.8 MP cap"):
         client.predict(handle_file(str(huge)), 1.0, api_name="/push_frame")
+    assert call(url, "start", ["push", None])[0] == "complete"  # the same refusal as REST clients see it: one line
+    event, text = call(url, "push_frame", [upload(url, huge), 1.0])
+    assert event == "error" and text == "the image is 10000x10000 = 100.0 MP, above the 16.8 MP cap " \
+                                        "(--max-frame-pixels)", text
+    call(url, "stop", [])
     small = tmp_path / "small.png"
     Image.new("RGB", (640, 360), (0, 0, 255)).save(small)
     pushed = client.predict(handle_file(str(small)), 1.0, api_name="/push_frame")
@@ -152,7 +157,7 @@ def test_stream_times_must_be_finite_bounded_and_forward(server, tmp_path):
     ("unwatch", [{"a": 1}], "trigger_id must be a string"),
     ("watch", ["a red circle", float("nan"), None], "fire must be a finite number"),
     ("watch", ["a red circle", 3, None], "fire must be within"),
-    ("start", [7, None], "is not a demo clip"),  # the page's textbox turns 7 into "7"
+    ("start", [7, None], 'is not "push", a demo clip'),  # the page's textbox turns 7 into "7"
 ])
 def test_wrong_argument_types_get_a_one_line_error(server, name, data, message):
     event, text = call(server[0], name, data)
@@ -166,7 +171,7 @@ def test_rest_calls_must_bring_a_long_session_hash(server):
 
 
 def test_upload_limit_in_fractions_of_a_megabyte(adapter):
-    manager = SessionManager(CONFIG, InputPolicy.default([upload_folder()]), adapter=adapter)
+    manager = SessionManager.standalone(CONFIG, adapter=adapter, upload_dirs=[upload_folder()])
     demo = launch(build_demo(manager), port=None, block=False, max_upload_mb=0.5)
     try:
         with httpx.Client(base_url=demo.local_url, timeout=60) as http:
@@ -183,7 +188,7 @@ def test_short_passwords_and_repeated_failed_logins(adapter):
     with pytest.raises(ValueError, match="use at least 8"):
         check_bind("0.0.0.0", "admin:short")
     assert check_bind("0.0.0.0", "admin:a-long-password") == ("admin", "a-long-password")
-    manager = SessionManager(CONFIG, InputPolicy.default([upload_folder()]), adapter=adapter)
+    manager = SessionManager.standalone(CONFIG, adapter=adapter, upload_dirs=[upload_folder()])
     demo = launch(build_demo(manager), port=None, block=False, auth=("admin", "a-long-password"))
     try:
         with httpx.Client(base_url=demo.local_url, timeout=60) as http:
@@ -208,7 +213,7 @@ def test_the_login_throttle_forgets_old_failures():
 
 
 def test_a_user_never_reaches_another_users_session(adapter):
-    manager = SessionManager(CONFIG, InputPolicy.default([upload_folder()]), adapter=adapter)
+    manager = SessionManager.standalone(CONFIG, adapter=adapter, upload_dirs=[upload_folder()])
     users = [("alice", "alice-password"), ("bob", "bob-password")]
     demo = launch(build_demo(manager), port=None, block=False, auth=users)
     try:

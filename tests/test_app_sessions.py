@@ -12,11 +12,13 @@ from conftest import random_frames
 
 from streamvid.adapters.row_by_row import RowByRow
 from streamvid.engine import Engine
-from streamvid_app.inputs import InputPolicy, InputRefused
 from streamvid_app.chat import clock
 from streamvid_app.manager import SessionManager
 from streamvid_app.sessions import Session, SessionError, SessionLimitError
 from streamvid.config import EngineConfig
+from streamvid.hub.hub import Hub
+from streamvid.hub.options import HubOptions
+from streamvid.hub.policy import SourcePolicy, SourceRefused
 
 
 def wait_until(condition, timeout_s: float = 60.0, what: str = "condition") -> None:
@@ -50,16 +52,18 @@ def uploads(tmp_path) -> Path:
 
 
 @pytest.fixture
-def policy(uploads, tmp_path) -> InputPolicy:
+def policy(uploads, tmp_path) -> SourcePolicy:
     clips = tmp_path / "clips"
     clips.mkdir()
-    return InputPolicy({"demo": write_clip(clips / "demo.mp4")}, (uploads,), max_upload_mb=1.0)
+    return SourcePolicy(clips={"demo": write_clip(clips / "demo.mp4")}, upload_dirs=(uploads,), max_upload_mb=1.0,
+                        frame_px=56)
 
 
 @pytest.fixture
 def manager(adapter, policy):
     cfg = EngineConfig.from_settings(model="unused", window_tokens=60, max_new_tokens=4, frame_px=56)
-    m = SessionManager(cfg, policy, adapter=adapter, max_sessions=2, idle_timeout_s=60.0)
+    m = SessionManager.standalone(cfg, HubOptions(stream_idle_timeout_s=60.0), adapter=adapter, policy=policy,
+                                  max_sessions=2)
     yield m
     m.shutdown()
 
@@ -70,42 +74,44 @@ def test_policy_allows_clips_uploads_urls_and_push(policy, uploads):
     assert policy.resolve("rtsp://camera.local/stream").kind == "url"
     assert policy.resolve("https://example.org/clip.mp4").kind == "url"
     up = write_clip(uploads / "mine.mp4")
-    assert policy.resolve(str(up)) == policy.resolve(str(uploads / "." / "mine.mp4"))
-    assert policy.resolve(str(up)).kind == "upload"
+    assert policy.resolve(str(up), uploads=True) == policy.resolve(str(uploads / "." / "mine.mp4"), uploads=True)
+    assert policy.resolve(str(up), uploads=True).kind == "upload"
+    with pytest.raises(SourceRefused, match="is not \"push\", a demo clip"):
+        policy.resolve(str(up))  # uploads are the page's: another client of the hub cannot open them
 
 
 @pytest.mark.parametrize("spec, reason", [
-    ("/etc/passwd", "is not a demo clip"),
+    ("/etc/passwd", "is not \"push\", a demo clip"),
     ("file:///etc/passwd", "scheme 'file' is not allowed"),
     ("concat:/etc/passwd|/etc/hosts", "scheme 'concat' is not allowed"),
     ("", "no source given"),
 ])
 def test_policy_refuses_other_paths_and_schemes(policy, spec, reason):
-    with pytest.raises(InputRefused, match=reason):
-        policy.resolve(spec)
+    with pytest.raises(SourceRefused, match=reason):
+        policy.resolve(spec, uploads=True)
 
 
 def test_policy_refuses_escapes_wrong_types_and_big_files(policy, uploads, tmp_path):
     outside = write_clip(tmp_path / "outside.mp4")
-    with pytest.raises(InputRefused, match="is not a demo clip"):
-        policy.resolve(str(uploads / ".." / "outside.mp4"))  # a path that leaves the upload area
+    with pytest.raises(SourceRefused, match="is not \"push\", a demo clip"):
+        policy.resolve(str(uploads / ".." / "outside.mp4"), uploads=True)  # a path that leaves the upload area
     (uploads / "link.mp4").symlink_to(outside)
-    with pytest.raises(InputRefused, match="is not a demo clip"):
-        policy.resolve(str(uploads / "link.mp4"))  # a link that points out of it
+    with pytest.raises(SourceRefused, match="is not \"push\", a demo clip"):
+        policy.resolve(str(uploads / "link.mp4"), uploads=True)  # a link that points out of it
     (uploads / "notes.txt").write_text("hello")
-    with pytest.raises(InputRefused, match="expected a video file"):
-        policy.resolve(str(uploads / "notes.txt"))
+    with pytest.raises(SourceRefused, match="expected a video file"):
+        policy.resolve(str(uploads / "notes.txt"), uploads=True)
     (uploads / "big.mp4").write_bytes(b"\0" * (2 * 2**20))
-    with pytest.raises(InputRefused, match="over the upload limit of 1 MB"):
-        policy.resolve(str(uploads / "big.mp4"))
+    with pytest.raises(SourceRefused, match="over the upload limit of 1 MB"):
+        policy.resolve(str(uploads / "big.mp4"), uploads=True)
 
 
 def test_a_concat_list_named_like_a_video_is_not_opened(policy, uploads, tmp_path):
     outside = write_clip(tmp_path / "secret.mp4")
     evil = uploads / "evil.mp4"
     evil.write_text(f"ffconcat version 1.0\nfile '{outside}'\n")
-    with pytest.raises(InputRefused, match="not a video file this app can play"):
-        policy.open(policy.resolve(str(evil)), fps=2.0)
+    with pytest.raises(SourceRefused, match="not a video file this server can play"):
+        policy.open(policy.resolve(str(evil), uploads=True), fps=2.0)
 
 
 def test_push_stream_answers_with_stream_time_and_poll_sees_it(manager):
@@ -137,7 +143,7 @@ def test_errors_keep_the_session_usable(manager, policy):
         s.ask("anything?")
     with pytest.raises(SessionError, match="no push stream"):
         s.push_frame(np.zeros((56, 56, 3), np.uint8))
-    with pytest.raises(InputRefused):
+    with pytest.raises(SourceRefused):
         s.start("/etc/passwd")
     with pytest.raises(ValueError, match="loopback address"):
         s.start("http://127.0.0.1:9/nothing-listens-here.mp4")
@@ -188,7 +194,7 @@ def test_session_cap_idle_cleanup_and_no_leftovers(manager):
     assert manager.reap(now_s=b.last_active_s + 61) == ["a", "b"]
     assert len(manager) == 0 and not spill_dir.exists()
     assert not [t for t in threading.enumerate() if t.name.startswith("streamvid-")
-                and t.name not in ("streamvid-app-reaper", "streamvid-engine")
+                and t.name not in ("streamvid-app-reaper", "streamvid-hub-reaper", "streamvid-engine")
                 and t.is_alive()]
     with pytest.raises(SessionError, match="session was closed"):
         a.start("push")
@@ -252,7 +258,8 @@ class FailsOnce(RowByRow):
 def test_a_model_error_ends_the_stream_not_the_session(adapter, policy):
     cfg = EngineConfig.from_settings(model="unused", window_tokens=60, max_new_tokens=4, frame_px=56)
     engine = Engine(cfg, FailsOnce(adapter))
-    s = Session("tab-1", cfg, engine, policy)
+    hub = Hub(engine)
+    s = Session("tab-1", hub, policy)
     s.start("push")
     push_one_by_one(s, 2)
     wait_until(lambda: s.status()["error"] is not None, what="the worker error to reach the session")
@@ -266,6 +273,7 @@ def test_a_model_error_ends_the_stream_not_the_session(adapter, policy):
     wait_until(lambda: s.status()["blocks_encoded"] == 1, what="a block on the fresh stream")
     assert s.status()["error"] is None
     s.close()
+    hub.shutdown()
     engine.close()
 
 
@@ -273,7 +281,8 @@ def test_sixteen_sessions_run_at_once_on_one_engine(adapter, policy):
     """16 tabs, each a push stream on the manager's one engine: every frame goes in and every question is answered,
     and the engine's scheduler put several sessions' chunks into one forward."""
     cfg = EngineConfig.from_settings(model="unused", window_tokens=60, max_new_tokens=2, frame_px=56, max_streams=16)
-    m = SessionManager(cfg, policy, adapter=adapter, idle_timeout_s=60.0, max_sessions_per_client=16)
+    m = SessionManager.standalone(cfg, HubOptions(stream_idle_timeout_s=60.0), adapter=adapter, policy=policy,
+                                  max_sessions_per_client=16)
     try:
         assert m.max_sessions == 16
         sessions = [m.session(f"tab-{i}") for i in range(16)]

@@ -1,6 +1,6 @@
-"""The web app's input policy on the network and on frame sizes: URLs that reach loopback or private addresses
-(directly, through an HLS playlist or through a redirect) are refused, videos above the pixel cap are refused before
-decoding, and the demo's flags reach the policy. A real HTTP server on 127.0.0.1 serves an HLS stream, an mp4 and a
+"""The hub's source policy (the web page's and the HTTP API's) on the network and on frame sizes: URLs that reach
+loopback or private addresses (directly, through an HLS playlist or through a redirect) are refused, videos above the
+pixel cap are refused before decoding, and the demo's flags reach the hub. A real HTTP server on 127.0.0.1 serves an HLS stream, an mp4 and a
 redirect; "camera.test" stands for a public host name through the policy's `check_address` hook."""
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
-from streamvid_app.inputs import InputPolicy, InputRefused
 
+from streamvid.hub.options import HubOptions
+from streamvid.hub.policy import SourcePolicy, SourceRefused
 from streamvid.net_policy import AddressRefused, public_address
 
 PX, FPS, SECONDS = 32, 4, 3
@@ -118,15 +119,15 @@ def read_frames(source, n: int) -> list:
     return frames
 
 
-def refusal(policy: InputPolicy, url: str) -> str:
-    with pytest.raises(InputRefused) as refused:
-        policy.open(policy.resolve(url), fps=FPS, size=16)
+def refusal(policy: SourcePolicy, url: str) -> str:
+    with pytest.raises(SourceRefused) as refused:
+        policy.open(policy.resolve(url, uploads=True), fps=FPS, size=16)
     return str(refused.value)
 
 
 # ---- addresses ---------------------------------------------------------------------------------------------------
 def test_loopback_urls_are_refused_with_one_message_whether_or_not_anything_listens(server, closed_port):
-    policy = InputPolicy({}, ())
+    policy = SourcePolicy(clips={})
     urls = [f"{scheme}://127.0.0.1:{port}/index.m3u8" for port in (server.port, closed_port)
             for scheme in ("http", "https", "rtsp", "rtmp")]
     assert {refusal(policy, url) for url in urls} == {LOOPBACK}
@@ -152,7 +153,7 @@ def test_public_addresses_pass(address):
 
 
 def test_a_public_playlist_that_names_a_loopback_segment_is_refused(server):
-    policy = InputPolicy({}, (), check_address=camera_test_is_public)
+    policy = SourcePolicy(clips={}, check_address=camera_test_is_public)
     assert refusal(policy, f"http://camera.test:{server.port}/rebind.m3u8") == LOOPBACK
     assert server.paths == ["/rebind.m3u8"], "the segment at 127.0.0.1 was never requested"
     source = policy.open(policy.resolve(f"http://camera.test:{server.port}/index.m3u8"), fps=FPS, size=16)
@@ -163,10 +164,10 @@ def test_a_public_playlist_that_names_a_loopback_segment_is_refused(server):
 
 
 def test_a_redirect_to_a_loopback_address_is_refused(server):
-    policy = InputPolicy({}, (), check_address=camera_test_is_public)
+    policy = SourcePolicy(clips={}, check_address=camera_test_is_public)
     assert refusal(policy, f"http://camera.test:{server.port}/redirect") == LOOPBACK
     assert server.paths == ["/redirect"]
-    anything = InputPolicy({}, (), check_address=lambda host, port: "127.0.0.1")  # every host counts as public
+    anything = SourcePolicy(clips={}, check_address=lambda host, port: "127.0.0.1")  # every host counts as public
     to_file = f"http://camera.test:{server.port}/to-file"
     assert refusal(anything, to_file) == "a redirect to a 'file' URL is not followed"
     source = anything.open(anything.resolve(f"http://camera.test:{server.port}/redirect"), fps=FPS, size=16)
@@ -175,7 +176,7 @@ def test_a_redirect_to_a_loopback_address_is_refused(server):
 
 
 def test_allow_private_urls_opens_loopback_urls_playlists_and_redirects(server):
-    policy = InputPolicy({}, (), allow_private_urls=True)
+    policy = SourcePolicy(clips={}, allow_private_urls=True)
     for path in ("index.m3u8", "rebind.m3u8", "redirect"):
         source = policy.open(policy.resolve(f"http://127.0.0.1:{server.port}/{path}"), fps=FPS, size=16)
         assert len(read_frames(source, 2)) == 2
@@ -183,7 +184,7 @@ def test_allow_private_urls_opens_loopback_urls_playlists_and_redirects(server):
 
 
 def test_an_mp4_over_http_is_read_and_seeked_through_the_checked_reader(server):
-    policy = InputPolicy({}, (), check_address=camera_test_is_public)
+    policy = SourcePolicy(clips={}, check_address=camera_test_is_public)
     source = policy.open(policy.resolve(f"http://camera.test:{server.port}/clip.mp4"), fps=FPS, size=16)
     assert source.finite
     frames = read_frames(source, 100)
@@ -197,14 +198,15 @@ def test_videos_above_the_frame_pixel_cap_are_refused_before_decoding(server, me
     uploads = tmp_path / "uploads"
     uploads.mkdir()
     write_clip(uploads / "mine.mp4")
-    policy = InputPolicy({"demo": media / "clip.mp4"}, (uploads,), max_frame_pixels=1000,
-                         check_address=camera_test_is_public)
+    policy = SourcePolicy(clips={"demo": media / "clip.mp4"}, upload_dirs=(uploads,), max_frame_pixels=1000,
+                          check_address=camera_test_is_public)
     message = "video frames are 32x32 = 1024 pixels, above the 1000-pixel cap (--max-frame-pixels)"
     assert refusal(policy, str(uploads / "mine.mp4")) == f"mine.mp4: {message}"
     assert refusal(policy, "demo") == f"demo: {message}"
     assert refusal(policy, f"http://camera.test:{server.port}/index.m3u8") == message
-    assert InputPolicy({}, ()).max_frame_pixels == InputPolicy.default([]).max_frame_pixels == 4096 * 4096
-    source = InputPolicy({}, (uploads,), max_frame_pixels=1024).open(policy.resolve(str(uploads / "mine.mp4")), 4.0)
+    assert SourcePolicy(clips={}).max_frame_pixels == HubOptions().max_frame_pixels == 4096 * 4096
+    at_cap = SourcePolicy(clips={}, upload_dirs=(uploads,), max_frame_pixels=1024)
+    source = at_cap.open(policy.resolve(str(uploads / "mine.mp4"), uploads=True), 4.0)
     assert read_frames(source, 1)[0].image.shape == (PX, PX, 3)  # at the cap: allowed
     source.close()
 
@@ -214,30 +216,31 @@ def test_videos_above_the_frame_pixel_cap_are_refused_before_decoding(server, me
                                           ("max_outage_s", 0), ("max_outage_s", -1.0)])
 def test_policy_limits_are_validated(field, value):
     with pytest.raises(ValueError, match=f"^{field} must be (a )?positive"):
-        InputPolicy({}, (), **{field: value})
+        SourcePolicy(clips={}, **{field: value})
 
 
 # ---- flags -------------------------------------------------------------------------------------------------------
-def test_the_demo_flags_reach_the_policy(monkeypatch, capsys):
+def test_the_demo_flags_reach_the_hub(monkeypatch, capsys):
     from PIL import Image
-    from streamvid_app import inputs
+    from streamvid_app.manager import SessionManager
 
     import streamvid.cli
     import streamvid.cli_engine
 
     seen = {}
 
-    def default(upload_dirs, **kwargs):
-        seen.update(kwargs)
-        raise ValueError("policy made")
+    def standalone(config, options, **kwargs):
+        seen.update(options=options, **kwargs)
+        raise ValueError("hub made")
 
-    monkeypatch.setattr(streamvid.cli_engine, "check_model", lambda model: None)  # no model: the policy stops it
+    monkeypatch.setattr(streamvid.cli_engine, "check_model", lambda model: None)  # no model: the hub stops it
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", Image.MAX_IMAGE_PIXELS)  # demo caps PIL process-wide: restored
-    monkeypatch.setattr(inputs.InputPolicy, "default", default)
+    monkeypatch.setattr(SessionManager, "standalone", standalone)
     monkeypatch.delenv("STREAMVID_AUTH", raising=False)
     assert streamvid.cli.main(["demo", "--host", "127.0.0.1"]) == 2
-    assert (seen["max_frame_pixels"], seen["allow_private_urls"], seen["max_outage_s"]) == (4096 * 4096, False, 300.0)
+    assert seen["options"] == HubOptions(stream_idle_timeout_s=600.0) and seen["max_upload_mb"] == 200.0
     assert streamvid.cli.main(["demo", "--host", "127.0.0.1", "--max-frame-pixels", "1000", "--allow-private-urls",
-                               "--max-outage-s", "60"]) == 2
-    assert (seen["max_frame_pixels"], seen["allow_private_urls"], seen["max_outage_s"]) == (1000, True, 60.0)
-    assert "policy made" in capsys.readouterr().err
+                               "--max-outage-s", "60", "--idle-timeout-s", "30", "--max-upload-mb", "5"]) == 2
+    assert seen["options"] == HubOptions(max_frame_pixels=1000, allow_private_urls=True, max_outage_s=60.0,
+                                         stream_idle_timeout_s=30.0) and seen["max_upload_mb"] == 5.0
+    assert "hub made" in capsys.readouterr().err

@@ -193,7 +193,7 @@ def test_streamvid_run_on_a_url_that_drops_comes_back_by_itself(tiny_model_dir, 
 
 
 def test_the_web_app_source_passes_the_events_through(server):
-    from streamvid_app.sessions import FrameTap
+    from streamvid.hub.stream import FrameTap
 
     tap = FrameTap(LiveSource(server.url, fps=5.0, backoff_s=(0.1, 0.4)))
     events: queue.Queue = queue.Queue()

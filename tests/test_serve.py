@@ -315,7 +315,7 @@ def test_watches_added_listed_and_removed(http, stream):
 
 
 def test_a_slow_subscriber_loses_its_oldest_items_and_never_blocks():
-    from streamvid.serve.hub import CLOSED, Subscriber
+    from streamvid.hub.subscriber import CLOSED, Subscriber
 
     sub = Subscriber(maxlen=3, deltas=False)
     for i in range(5):

@@ -19,32 +19,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from serve_helpers import free_port, running, wait_until
+from serve_helpers import allow_dir, config, engine, free_port, running, wait_until  # noqa: F401 - fixtures
 
-from streamvid.config import EngineConfig
-from streamvid.engine import Engine
 from streamvid.serve import ServeOptions, build_app
 
 MODEL_ID = "tiny-qwen"
-
-
-@pytest.fixture(scope="module")
-def config(tiny_model_dir) -> EngineConfig:
-    return EngineConfig.from_settings(model=str(tiny_model_dir), max_new_tokens=8, window_s=2.0, device="cpu")
-
-
-@pytest.fixture(scope="module")
-def engine(config, adapter):
-    engine = Engine(config, adapter)
-    yield engine
-    engine.close()
-
-
-@pytest.fixture()
-def allow_dir(tmp_path):
-    folder = tmp_path / "allowed"
-    folder.mkdir()
-    return folder.resolve()  # as the server names it in its errors
 
 
 def options(**changes) -> ServeOptions:

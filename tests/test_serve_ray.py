@@ -19,7 +19,7 @@ from serve_helpers import engine_answer, push_frames, ray_serve, strict_json, wa
 from websockets.sync.client import connect  # noqa: E402
 
 from streamvid.config import EngineConfig  # noqa: E402
-from streamvid.serve.hub import ServeOptions  # noqa: E402
+from streamvid.serve.options import ServeOptions  # noqa: E402
 
 MODEL_ID = "tiny-qwen"
 QUESTION = "What do you see?"

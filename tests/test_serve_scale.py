@@ -14,7 +14,7 @@ from serve_helpers import push_frames, ray_serve, wait_until
 
 from streamvid import session_store
 from streamvid.config import EngineConfig
-from streamvid.serve.hub import ServeOptions
+from streamvid.serve.options import ServeOptions
 from streamvid.serve.scaling import EmptyReplicas, ScalePolicy
 
 MODEL_ID = "tiny-qwen"

@@ -11,12 +11,10 @@ import time
 import httpx
 import pytest
 from conftest import random_frames
-from serve_helpers import png, push_frames, running, wait_until
+from serve_helpers import allow_dir, config, engine, png, push_frames, running, wait_until  # noqa: F401 - fixtures
 
 from streamvid import session_store
 from streamvid.assistant import StreamingAssistant
-from streamvid.config import EngineConfig
-from streamvid.engine import Engine
 from streamvid.serve import ServeOptions, build_app
 from streamvid.types import Frame
 
@@ -26,25 +24,6 @@ from websockets.sync.client import connect
 MODEL_ID = "tiny-qwen"
 MEMORY_Q = "What was on screen at 00:01?"  # answered from long-term memory: the window holds the last 2 s only
 NOW_Q = "What do you see?"  # answered from the window
-
-
-@pytest.fixture(scope="module")
-def config(tiny_model_dir) -> EngineConfig:
-    return EngineConfig.from_settings(model=str(tiny_model_dir), max_new_tokens=8, window_s=2.0, device="cpu")
-
-
-@pytest.fixture(scope="module")
-def engine(config, adapter):
-    engine = Engine(config, adapter)
-    yield engine
-    engine.close()
-
-
-@pytest.fixture()
-def allow_dir(tmp_path):
-    folder = tmp_path / "allowed"
-    folder.mkdir()
-    return folder
 
 
 def options(allow_dir, **changes) -> ServeOptions:
@@ -212,7 +191,7 @@ def test_idle_streams_are_closed_and_active_ones_are_not(engine, allow_dir, capl
         ask(base, asked, NOW_Q)
         http.get(f"/v1/streams/{read}")
         clock.now += 20  # 70 s since the others were last used; 20 s since these three
-        with caplog.at_level(logging.WARNING, logger="streamvid.serve.hub"):
+        with caplog.at_level(logging.WARNING, logger="streamvid.hub.hub"):
             app.state.hub.reap_idle()
         alive = {s["id"] for s in http.get("/v1/streams").json()["data"]}
         assert alive == {pushed, asked, read, watched, socket}

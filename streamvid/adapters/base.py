@@ -35,6 +35,7 @@ class VideoLLMAdapter(Protocol):
     uses_stream_time: bool  # encode_chunk writes the chunk's stream time (t_start_s) into its tokens
     kv_shape: KVShape  # layers, KV heads, head dim and dtype bytes of the cache (budget.py)
     device: torch.device  # where inputs go (the input embeddings' device)
+    sink_text: str  # the text every stream's context starts with (its attention sinks: system prompt, template)
 
     def tokens_per_chunk(self, height: int, width: int, frames: int) -> int: ...
 

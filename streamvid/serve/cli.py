@@ -75,7 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from streamvid.cli_engine import check_model, embedder_checkpoint, engine_config, offline_if_local
-    from streamvid.serve.hub import ServeOptions, model_id
+    from streamvid.serve.options import ServeOptions, model_id
     from streamvid.serve.server import check_bind
 
     api_key = args.api_key if args.api_key is not None else os.environ.get("STREAMVID_API_KEY") or None
@@ -100,7 +100,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                            host=args.host, allowed_hosts=tuple(args.allowed_host), cors_origins=tuple(args.cors_origin),
                            max_json_mb=args.max_json_mb,
                            request_timeout_s=_positive(args.request_timeout_s, "--request-timeout-s"))
-    from streamvid.serve.policy import SourcePolicy
+    from streamvid.hub.policy import SourcePolicy
     from streamvid.serve.webhooks import WebhookSender
 
     SourcePolicy(allow_dirs=options.allow_dirs)  # a missing --allow-dir is one line now

@@ -1,15 +1,24 @@
-"""Errors the server answers with, and JSON that never holds NaN or Infinity.
+"""How errors are answered over HTTP: the hub's errors (streamvid.hub.errors) mapped onto statuses, and the errors
+only HTTP has.
 
-    raise NotFound("no stream 'vs-1a2b'")          # -> 404 {"error": {"message": ..., "type": "not_found_error"}}
+    wire_error(NotFound("no stream 'vs-1a2b'"))   # -> ServeError: 404 {"error": {"message", "type": "not_found_error"}}
 
-Every error a client can cause is a `ServeError` with its HTTP status, a one-line message and an OpenAI-style type;
-the routes turn it into `{"error": {"message", "type", "code"}}`. They cross a Ray Serve handle as plain data
-(`to_wire` / `from_wire`), so the ingress answers exactly what the replica said.
+Every error a client can cause is answered as `{"error": {"message", "type", "code"}}` with a one-line message and
+an OpenAI-style type. They cross a Ray Serve handle as plain data (`to_wire` / `from_wire`), so the ingress answers
+exactly what the replica said.
 """
 
 from __future__ import annotations
 
-import math
+from streamvid.hub.errors import (Busy, Conflict, HubError, NotAllowed, NotFound, Refused, Timeout, TooLarge,
+                                  Unavailable, UnsupportedMedia)
+
+INVALID = "invalid_request_error"
+# the hub's errors, most specific first: (class, HTTP status, OpenAI-style type)
+STATUSES = ((UnsupportedMedia, 415, INVALID), (TooLarge, 413, INVALID), (Refused, 400, INVALID),
+            (NotAllowed, 403, "permission_error"), (NotFound, 404, "not_found_error"), (Conflict, 409, INVALID),
+            (Busy, 429, "rate_limit_error"), (Unavailable, 503, "service_unavailable"), (Timeout, 504, "timeout"),
+            (HubError, 400, INVALID))
 
 
 class ServeError(Exception):
@@ -36,67 +45,15 @@ class ServeError(Exception):
         return ServeError(message, status, type_, code)
 
 
-class BadRequest(ServeError):
-    status, type = 400, "invalid_request_error"
-
-
 class Unauthorized(ServeError):
-    status, type = 401, "invalid_request_error"
-
-
-class Forbidden(ServeError):
-    """A path the server does not allow (a session folder outside every --allow-dir)."""
-
-    status, type = 403, "permission_error"
-
-
-class NotFound(ServeError):
-    status, type = 404, "not_found_error"
-
-
-class Conflict(ServeError):
-    status, type = 409, "invalid_request_error"
-
-
-class TooLarge(ServeError):
-    status, type = 413, "invalid_request_error"
-
-
-class UnsupportedMedia(ServeError):
-    status, type = 415, "invalid_request_error"
-
-
-class Busy(ServeError):
-    """The engine holds its maximum of streams, or a stream's questions queue is full."""
-
-    status, type = 429, "rate_limit_error"
-
-
-class Unavailable(ServeError):
-    """The stream's replica died or restarted, or the stream stopped with an error."""
-
-    status, type = 503, "service_unavailable"
-
-
-class Timeout(ServeError):
-    status, type = 504, "timeout"
+    status, type = 401, INVALID
 
 
 def wire_error(e: BaseException) -> ServeError:
-    """Any exception as a ServeError (an unexpected one as 500, in one line)."""
+    """Any exception as a ServeError: the hub's with their status, an unexpected one as 500, in one line."""
     if isinstance(e, ServeError):
         return e
+    if isinstance(e, HubError):
+        status, kind = next((status, kind) for cls, status, kind in STATUSES if isinstance(e, cls))
+        return ServeError(e.message, status, kind)
     return ServeError(f"internal error: {type(e).__name__}: {e}")
-
-
-def finite(obj):
-    """`obj` with every NaN or infinite float replaced by None (containers copied), for strict JSON."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, dict):
-        return {str(k): finite(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [finite(v) for v in obj]
-    if hasattr(obj, "item") and callable(obj.item) and getattr(obj, "ndim", None) == 0:  # a numpy scalar
-        return finite(obj.item())
-    return obj

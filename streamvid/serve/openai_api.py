@@ -24,7 +24,8 @@ from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict
 
-from streamvid.serve.errors import BadRequest, NotFound, ServeError
+from streamvid.hub.errors import HubError, Refused
+from streamvid.serve.errors import ServeError, wire_error
 from streamvid.serve.web import GetBackend, dumps
 
 STARTED = int(time.time())
@@ -52,10 +53,10 @@ def add_routes(app: FastAPI, get_backend: GetBackend, auth: list) -> None:
         backend = get_backend()
         options = backend.options
         if body.model != options.model_id:
-            raise NotFound(f"model {body.model[:100]!r} is not served here; this server serves "
-                           f"{options.model_id!r} (GET /v1/models)", code="model_not_found")
+            raise ServeError(f"model {body.model[:100]!r} is not served here; this server serves "
+                           f"{options.model_id!r} (GET /v1/models)", 404, "not_found_error", "model_not_found")
         if not body.stream_id:
-            raise BadRequest('"stream_id" is required: the stream the question is about (openai client: '
+            raise Refused('"stream_id" is required: the stream the question is about (openai client: '
                              'extra_body={"stream_id": ...})')
         question, dialogue = conversation(body.messages)
         items = backend.ask(body.stream_id, question, dialogue)
@@ -105,8 +106,8 @@ def add_routes(app: FastAPI, get_backend: GetBackend, auth: list) -> None:
                         if include_usage:
                             last = {**head, "object": "chat.completion.chunk", "choices": [], "usage": usage(item)}
                             yield f"data: {dumps(last)}\n\n"
-            except ServeError as e:
-                yield f"data: {dumps(e.body())}\n\n"
+            except (ServeError, HubError) as e:
+                yield f"data: {dumps(wire_error(e).body())}\n\n"
             finally:
                 await items.aclose()
             yield "data: [DONE]\n\n"
@@ -118,13 +119,13 @@ def add_routes(app: FastAPI, get_backend: GetBackend, auth: list) -> None:
 def conversation(messages: list[dict]) -> tuple[str, list[tuple[str, str]]]:
     """(the question: the last message, a user's; the earlier user/assistant turns as (question, answer) pairs)."""
     if not messages:
-        raise BadRequest("messages is empty: the last message must be the user's question")
+        raise Refused("messages is empty: the last message must be the user's question")
     turns: list[tuple[str, str]] = []
     pending: str | None = None
     for i, m in enumerate(messages):
         role = m.get("role") if isinstance(m, dict) else None
         if role not in ROLES:
-            raise BadRequest(f"messages[{i}].role must be one of {', '.join(ROLES)}, got {str(role)[:40]!r}")
+            raise Refused(f"messages[{i}].role must be one of {', '.join(ROLES)}, got {str(role)[:40]!r}")
         text = content_text(m.get("content"), i)
         if role == "user":
             if pending is not None:
@@ -134,7 +135,7 @@ def conversation(messages: list[dict]) -> tuple[str, list[tuple[str, str]]]:
             turns.append((pending, text))
             pending = None
     if messages[-1].get("role") != "user" or pending is None:
-        raise BadRequest("the last message must be the user's question")
+        raise Refused("the last message must be the user's question")
     return pending, turns
 
 
@@ -146,13 +147,13 @@ def content_text(content, i: int) -> str:
         for part in content:
             kind = part.get("type") if isinstance(part, dict) else None
             if kind != "text" or not isinstance(part.get("text"), str):
-                raise BadRequest(f"messages[{i}].content: only text parts are accepted, got {str(kind)[:40]!r}; "
+                raise Refused(f"messages[{i}].content: only text parts are accepted, got {str(kind)[:40]!r}; "
                                  f"send frames to POST /v1/streams/{{id}}/frames")
             parts.append(part["text"])
         return "\n".join(parts)
     if content is None:
         return ""
-    raise BadRequest(f"messages[{i}].content must be text or a list of text parts")
+    raise Refused(f"messages[{i}].content must be text or a list of text parts")
 
 
 def finish_reason(answer: dict, options) -> str:

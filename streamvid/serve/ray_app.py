@@ -9,7 +9,7 @@ over R engines (or from R up to `max_replicas`, on streams per replica).
 Layout. Ray Serve has no public way to send a request to one chosen replica of a deployment (a handle picks the
 replica; its consistent-hash router maps a session key by hashing, not to the replica that opened a stream), so the
 R engines are R separately named deployments, `engine0` ... `engine{R-1}`, each with exactly one replica holding
-one `Engine` and a streams hub (hub.py). One ingress deployment (`StreamvidIngress`, `@serve.ingress` with the app
+one `Engine` and a hub (streamvid/hub/). One ingress deployment (`StreamvidIngress`, `@serve.ingress` with the app
 of routes.py) holds a handle to each and routes every request:
 
 - a new stream goes to the engine with the fewest streams (the next one when it is full: 429 only when all are);
@@ -27,7 +27,7 @@ When a replica dies, Ray Serve starts a new one under the same deployment, with 
 a request for a stream of the dead replica is answered 503 with a message saying that the replica holding it died
 or restarted, both while the deployment has no replica (the handle fails) and after the new one is up (the
 incarnation in the id no longer matches). The message says the stream is lost, or, for a stream opened with a
-`session_dir` (its id says so: stream_sessions.py), that it can be resumed from its last save with
+`session_dir` (its id says so: streamvid/hub/session_folders.py), that it can be resumed from its last save with
 `POST /v1/streams {"session_dir": ..., "resume": true}`, which opens it on a live replica. Streams on the other
 replicas go on. A session folder must be reachable from every replica (a shared filesystem on a multi-node cluster).
 """
@@ -47,14 +47,16 @@ from ray import serve
 from ray.exceptions import RayError
 from ray.serve.exceptions import RayServeException
 
-from streamvid.serve.errors import NotFound, ServeError, Unavailable, wire_error
-from streamvid.serve.hub import Hub, ServeOptions
+from streamvid.hub.errors import NotFound, Unavailable
+from streamvid.hub.hub import Hub
+from streamvid.hub.session_folders import resumable
+from streamvid.serve.errors import ServeError, wire_error
+from streamvid.serve.options import ServeOptions
 from streamvid.serve.ray_engines import EngineSet
 from streamvid.serve.front_door import Door
 from streamvid.serve.routes import create_app
 from streamvid.serve.scaling import ScalePolicy
 from streamvid.serve.service import HubService
-from streamvid.serve.stream_sessions import lost_hint
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +80,17 @@ def issued(key: bytes, sid: str) -> bool:
     return hmac.compare_digest(sid[-TAG_HEX:], id_tag(key, sid[:-TAG_HEX]))
 
 
+def lost_hint(sid: str) -> str:
+    """What a client can do about a stream whose replica died: resume it, or open a new one."""
+    if resumable(sid):
+        return ('; it was opened with a session_dir, so it can be resumed on a live replica: POST /v1/streams '
+                '{"session_dir": <the same folder>, "resume": true}')
+    return "; the stream is lost: open a new one"
+
+
 @serve.deployment(max_ongoing_requests=10_000, graceful_shutdown_timeout_s=5)
 class EngineReplica:
-    """One engine and its streams hub: one replica of deployment `engine{index}`."""
+    """One engine and its hub: one replica of deployment `engine{index}`."""
 
     def __init__(self, config, options: ServeOptions, index: int, threads: int | None, key: bytes):
         if threads:
@@ -180,14 +190,14 @@ class RayBackend:
         engines.start()
         counts = await engines.counts()
         growing = engines.grow() if engines.policy.wants_replica(counts, len(engines)) else engines.growing()
-        last: ServeError = Unavailable("no engine replica is available: all of them died or are restarting")
+        last = wire_error(Unavailable("no engine replica is available: all of them died or are restarting"))
         for i in engines.policy.order(counts):
             try:
                 return await self._open_on(i, source, fps, session_dir, resume)
-            except ServeError as e:  # full or gone: the next replica may take it
-                if e.status not in (429, 503):
+            except Exception as e:  # noqa: BLE001 - full or gone: the next replica may take it
+                last = wire_error(e)
+                if last.status not in (429, 503):
                     raise
-                last = e
         if growing is not None and (i := await asyncio.shield(growing)) is not None and i not in counts:
             return await self._open_on(i, source, fps, session_dir, resume)
         raise last

@@ -24,7 +24,8 @@ import json
 from fastapi import FastAPI, WebSocket
 from starlette.websockets import WebSocketDisconnect
 
-from streamvid.serve.errors import BadRequest, ServeError, TooLarge, wire_error
+from streamvid.hub.errors import HubError, Refused, TooLarge
+from streamvid.serve.errors import ServeError, wire_error
 from streamvid.serve.web import GetBackend, check_key, dumps, error_response
 
 
@@ -37,10 +38,10 @@ def add_routes(app: FastAPI, get_backend: GetBackend) -> None:
             check_key(ws.headers.get("authorization"), backend.options)
             items = backend.events(sid, deltas=True)
             await anext(items)  # subscribed (404 for an unknown stream)
-        except ServeError as e:
+        except (ServeError, HubError) as e:
             if items is not None:
                 await items.aclose()
-            await _deny(ws, e)
+            await _deny(ws, wire_error(e))
             return
         await ws.accept()
         lock = asyncio.Lock()
@@ -54,7 +55,8 @@ def add_routes(app: FastAPI, get_backend: GetBackend) -> None:
                 async for item in items:
                     if item is not None:
                         await send(item)
-            except ServeError as e:  # the stream's replica went away
+            except (ServeError, HubError) as e:  # the stream's replica went away
+                e = wire_error(e)
                 await send({"type": "error", "message": e.message, "status": e.status})
             with contextlib.suppress(Exception):
                 await ws.close(code=1000)
@@ -67,8 +69,6 @@ def add_routes(app: FastAPI, get_backend: GetBackend) -> None:
                     break
                 try:
                     reply = await _handle(backend, sid, message)
-                except ServeError as e:
-                    reply = {"type": "error", "message": e.message, "status": e.status}
                 except Exception as e:  # noqa: BLE001 - one bad message never closes the socket
                     e = wire_error(e)
                     reply = {"type": "error", "message": e.message, "status": e.status}
@@ -85,26 +85,26 @@ def add_routes(app: FastAPI, get_backend: GetBackend) -> None:
 async def _handle(backend, sid: str, message: dict) -> dict:
     text = message.get("text")
     if text is None:
-        raise BadRequest("send JSON text messages (input_image, question, watch), not binary ones")
+        raise Refused("send JSON text messages (input_image, question, watch), not binary ones")
     if len(text) > 4 * backend.options.max_body_mb * 2**20 / 3 + 1024:
         raise TooLarge(f"the message is above the {backend.options.max_body_mb:g} MB image limit")
     try:
         msg = json.loads(text)
     except ValueError:
-        raise BadRequest("the message is not valid JSON") from None
+        raise Refused("the message is not valid JSON") from None
     if not isinstance(msg, dict):
-        raise BadRequest('a message must be a JSON object with a "type"')
+        raise Refused('a message must be a JSON object with a "type"')
     kind = msg.get("type")
     if kind == "input_image":
         image = msg.get("image")
         if not isinstance(image, str):
-            raise BadRequest('input_image needs "image": the base64 PNG or JPEG')
+            raise Refused('input_image needs "image": the base64 PNG or JPEG')
         if image.startswith("data:") and "," in image:  # a data URL
             image = image.split(",", 1)[1]
         try:
             data = base64.b64decode(image, validate=True)
         except (binascii.Error, ValueError):
-            raise BadRequest("input_image: \"image\" is not valid base64") from None
+            raise Refused("input_image: \"image\" is not valid base64") from None
         result = await backend.push(sid, data, None, msg.get("t_s"))
         return {"type": "ack", "for": "input_image", **result}
     if kind == "question":
@@ -112,7 +112,7 @@ async def _handle(backend, sid: str, message: dict) -> dict:
     if kind == "watch":
         result = await backend.watch(sid, msg.get("condition"), msg.get("fire"), msg.get("reset"))
         return {"type": "ack", "for": "watch", "id": result["id"]}
-    raise BadRequest(f"unknown message type {str(kind)[:40]!r}: expected input_image, question or watch")
+    raise Refused(f"unknown message type {str(kind)[:40]!r}: expected input_image, question or watch")
 
 
 async def _deny(ws: WebSocket, e: ServeError) -> None:

@@ -33,26 +33,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 import streamvid.serve.openai_api as openai_api
 import streamvid.serve.realtime as realtime
-from streamvid.serve.errors import BadRequest, ServeError, TooLarge, wire_error
+from streamvid.hub.errors import HubError, Refused, TooLarge
+from streamvid.hub.images import media_type
+from streamvid.serve.errors import ServeError, wire_error
 from streamvid.serve.front_door import Door, FrontDoor
-from streamvid.serve.images import media_type
 from streamvid.serve.web import GetBackend, StrictJSONResponse, check_key, error_response, event_name, sse
-
-
-def usable_text(value: str | None, what: str) -> str | None:
-    """A source or folder name the file system and the network can take: no NUL, no lone surrogate, at most 4,096
-    characters and no path part over 255 bytes (BadRequest naming it: a one-line 400)."""
-    if value is None:
-        return value
-    if "\x00" in value:
-        raise BadRequest(f"{what} holds a NUL character")
-    if any("\ud800" <= c <= "\udfff" for c in value):
-        raise BadRequest(f"{what} holds a lone UTF-16 surrogate")
-    if len(value) > 4096:
-        raise BadRequest(f"{what} is {len(value)} characters long, at most 4096")
-    if any(len(part.encode("utf-8")) > 255 for part in value.replace("\\", "/").split("/")):
-        raise BadRequest(f"{what} has a part longer than 255 bytes")
-    return value
 
 
 class StreamCreate(BaseModel):
@@ -100,8 +85,8 @@ def create_app(get_backend: GetBackend, lifespan: Callable[[FastAPI], AbstractAs
         if body.source is None and not body.resume:
             raise ServeError('source: Field required ("push", a demo clip name, a URL or an allowed file)', 422,
                              "invalid_request_error")
-        source = "push" if body.source is None else usable_text(body.source, "source")
-        return await get_backend().open(source, body.fps, usable_text(body.session_dir, "session_dir"), body.resume)
+        source = "push" if body.source is None else body.source
+        return await get_backend().open(source, body.fps, body.session_dir, body.resume)
 
     @app.get("/v1/streams", dependencies=auth)
     async def list_streams() -> dict:
@@ -174,8 +159,8 @@ def create_app(get_backend: GetBackend, lifespan: Callable[[FastAPI], AbstractAs
                 yield ": subscribed\n\n"
                 async for item in items:
                     yield ": keep-alive\n\n" if item is None else sse(item, event_name(item))
-            except ServeError as e:  # the stream's replica went away mid-stream
-                yield sse(e.body(), "error")
+            except (ServeError, HubError) as e:  # the stream's replica went away mid-stream
+                yield sse(wire_error(e).body(), "error")
             finally:
                 await items.aclose()
 
@@ -189,15 +174,16 @@ def create_app(get_backend: GetBackend, lifespan: Callable[[FastAPI], AbstractAs
 
 def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServeError)
-    async def serve_error(request: Request, e: ServeError):
-        return error_response(e)
+    @app.exception_handler(HubError)
+    async def serve_error(request: Request, e: Exception):
+        return error_response(wire_error(e))
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, e: RequestValidationError):
         errors = e.errors()
         first = errors[0] if errors else {}
         if first.get("type") == "json_invalid":
-            return error_response(BadRequest(f"the body is not valid JSON ({first.get('msg', '')})"))
+            return error_response(wire_error(Refused(f"the body is not valid JSON ({first.get('msg', '')})")))
         where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         return error_response(ServeError(f"{where}: {first.get('msg', 'invalid')}{more}", 422,

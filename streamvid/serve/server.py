@@ -4,10 +4,12 @@
     app = build_app(engine, ServeOptions(api_key="..."))
     uvicorn.run(app, host="127.0.0.1", port=8000)        # or serve(app, host, port)
 
-`build_app` makes the streams hub (hub.py) on the engine (started here; the caller keeps and closes it), the alert
+`build_app` makes the hub (streamvid.hub) on the engine (started here; the caller keeps and closes it), the alert
 webhooks, and the FastAPI app (routes.py); the hub is shut down (every stream stopped) with the app's lifespan.
-`ui=True` also mounts the web app's page at `/` on the same engine, found through the `streamvid.ui` entry point
-group (name `page`; the web app registers `streamvid_app.mount:page`), since the library never imports the app.
+`ui=True` also mounts the web app's page at `/` as one more client of the same hub (its sessions are hub streams,
+under the same flags), found through the `streamvid.ui` entry point group (name `page`; the web app registers
+`streamvid_app.mount:page`), since the library never imports the app. `page(hub)` gives a gradio Blocks with
+`streamvid_close` (closes the page's sessions) and `streamvid_max_file_size` (its uploads' limit, in bytes).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from fastapi import FastAPI
 
 from streamvid.net_policy import is_loopback
 from streamvid.serve.front_door import Door
-from streamvid.serve.hub import Hub, ServeOptions, model_id
+from streamvid.hub.hub import Hub
+from streamvid.serve.options import ServeOptions, model_id
 from streamvid.serve.routes import create_app
 from streamvid.serve.service import HubService
 from streamvid.serve.webhooks import WebhookSender
@@ -49,22 +52,23 @@ def build_app(engine, options: ServeOptions | None = None, ui: bool = False) -> 
     app = create_app(lambda: service, lifespan=lifespan, door=Door.of(options))
     app.state.hub = hub
     if ui:
-        closers.append(mount_ui(app, engine, options))
+        closers.append(mount_ui(app, hub, options))
     return app
 
 
-def mount_ui(app: FastAPI, engine, options: ServeOptions):
-    """The web app's page at `/` on `engine` (with an API key, its login is user "api" and the key); returns
-    what closes the page's sessions."""
+def mount_ui(app: FastAPI, hub: Hub, options: ServeOptions):
+    """The web app's page at `/` on `hub` (with an API key, its login is user "api" and the key); returns what
+    closes the page's sessions."""
     pages = [ep for ep in entry_points(group="streamvid.ui") if ep.name == "page"]
     if not pages:
         raise ValueError("--ui needs the web app (streamvid_app, installed with streamvid): no 'page' entry point in "
                          "the streamvid.ui group")
-    blocks = pages[0].load()(engine, engine.config)
+    blocks = pages[0].load()(hub)
     import gradio  # only here: the library's other modules never import the web framework
 
     gradio.mount_gradio_app(app, blocks, path="/", auth=("api", options.api_key) if options.api_key else None,
-                            ssr_mode=False, footer_links=["api"])
+                            ssr_mode=False, footer_links=["api"],
+                            max_file_size=getattr(blocks, "streamvid_max_file_size", None))
     return getattr(blocks, "streamvid_close", lambda: None)
 
 

@@ -7,7 +7,8 @@
     async for item in service.events(info["id"]):
         ...   # None first (subscribed) and on every idle tick, then every output of the stream as JSON
 
-Every method raises `errors.ServeError` (with its HTTP status) for what a client did wrong. A generator checks the
+Every method raises the hub's errors (streamvid.hub.errors; errors.py gives their HTTP statuses) for what a client
+did wrong. A generator checks the
 stream before its first item, so a caller can answer 404 before it starts a streamed response. Blocking work runs on
 worker threads; the event loop only queues. Opening a URL source (its host lookup here, then its connect and probe
 after `open` has answered with state "opening") runs on the hub's open pool (`Hub.opener`); everything else
@@ -21,9 +22,9 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-from streamvid.serve.errors import Timeout, Unavailable
-from streamvid.serve.hub import Hub
-from streamvid.serve.subscriber import CLOSED
+from streamvid.hub.errors import StreamFailed, Timeout
+from streamvid.hub.hub import Hub
+from streamvid.hub.subscriber import CLOSED
 
 OPEN_GRACE_S = 1.0  # past the open deadline, before a create whose host lookup has not returned gives up
 
@@ -102,9 +103,9 @@ class HubService:
                 if item is None:
                     raise Timeout(f"no answer to {qid} on stream {sid} within {self.options.answer_timeout_s:g} s")
                 if item is CLOSED:
-                    raise Unavailable(f"stream {sid} was closed before the answer to {qid} was complete")
+                    raise StreamFailed(f"stream {sid} was closed before the answer to {qid} was complete")
                 if item.get("type") == "status" and item.get("event") == "error":
-                    raise Unavailable(f"stream {sid} stopped with an error: {item.get('message')}")
+                    raise StreamFailed(f"stream {sid} stopped with an error: {item.get('message')}")
                 if item.get("id") == qid and item.get("type") in ("answer.delta", "answer"):
                     yield item
                     if item["type"] == "answer":

@@ -13,8 +13,9 @@ from typing import Any, Protocol
 
 from fastapi.responses import JSONResponse
 
-from streamvid.serve.errors import ServeError, Unauthorized, finite
-from streamvid.serve.hub import ServeOptions
+from streamvid.hub.shown import finite
+from streamvid.serve.errors import ServeError, Unauthorized
+from streamvid.serve.options import ServeOptions
 
 
 class Backend(Protocol):

@@ -1,10 +1,10 @@
 """Session folders of served streams: a stream opened with a `session_dir` is saved there (every
-`ServeOptions.session_save_s` and when it closes) with the library's session snapshots (streamvid.session_store),
+`HubOptions.session_save_s` and when it closes) with the library's session snapshots (streamvid.session_store),
 and can be resumed from there: by the same server after a restart, or by another Ray replica after the one that
 held it died.
 
     folders = SessionFolders(policy.allow_dirs, save_every_s=60.0)
-    folder = folders.resolve("/srv/streamvid/cam1")   # Forbidden unless inside an --allow-dir folder
+    folder = folders.resolve("/srv/streamvid/cam1")   # NotAllowed unless inside an --allow-dir folder
     session = folders.claim(folder, resume=True)       # the folder's lock; NotFound / Conflict saying why not
     sa = session.assistant(config, engine)             # a fresh StreamingAssistant, or the saved one resumed
     session.start_autosave(sa)
@@ -17,7 +17,7 @@ dies, so the folder of a dead replica's stream can be claimed at once), and no s
 another live stream's, or hold one (`refuse_nesting`: the same lock, looked at one folder up or down, so it holds
 across processes and replicas). The ids of streams with a folder carry `SESSION_MARK` right after their server's
 prefix (`vs-s1a2b...`, `r0.3f9c2e-s1a2b...`), so an error about a stream whose replica died can say that it can be
-resumed without asking anyone.
+resumed without asking anyone (`resumable`).
 
 Thread contract: `SessionFolders` is immutable. A `StreamSession` belongs to one stream: its autosave thread and
 the hub's threads may call `info` at any time; `save_final` once, from the thread closing the stream; `release` from
@@ -32,7 +32,7 @@ import threading
 from pathlib import Path
 
 from streamvid import session_store
-from streamvid.serve.errors import BadRequest, Conflict, Forbidden, NotFound
+from streamvid.hub.errors import Conflict, NotAllowed, NotFound, Refused
 
 log = logging.getLogger(__name__)
 
@@ -46,14 +46,6 @@ def resumable(sid: str) -> bool:
     return isinstance(sid, str) and sid.partition("-")[2].startswith(SESSION_MARK)
 
 
-def lost_hint(sid: str) -> str:
-    """What a client can do about a stream whose replica died: resume it, or open a new one."""
-    if resumable(sid):
-        return ('; it was opened with a session_dir, so it can be resumed on a live replica: POST /v1/streams '
-                '{"session_dir": <the same folder>, "resume": true}')
-    return "; the stream is lost: open a new one"
-
-
 class SessionFolders:
     """Where streams may keep sessions: folders inside the server's --allow-dir folders."""
 
@@ -62,23 +54,23 @@ class SessionFolders:
         self.save_every_s = save_every_s or None
 
     def resolve(self, spec: object) -> Path:
-        """The folder `spec` names, resolved; BadRequest for a malformed value, Forbidden outside the allowed
+        """The folder `spec` names, resolved; Refused for a malformed value, NotAllowed outside the allowed
         folders."""
         if not isinstance(spec, str) or not spec.strip():
-            raise BadRequest('"session_dir" must be the absolute path of a folder inside an --allow-dir folder')
+            raise Refused('"session_dir" must be the absolute path of a folder inside an --allow-dir folder')
         if len(spec) > MAX_PATH or "\x00" in spec:
-            raise BadRequest(f'"session_dir" must be a path of at most {MAX_PATH} characters')
+            raise Refused(f'"session_dir" must be a path of at most {MAX_PATH} characters')
         path = Path(spec.strip())
         if not path.is_absolute():
-            raise BadRequest(f'"session_dir" must be an absolute path, got {spec[:200]!r}')
+            raise Refused(f'"session_dir" must be an absolute path, got {spec[:200]!r}')
         if not self.allow_dirs:
-            raise Forbidden("this server keeps no sessions: it was started without --allow-dir")
+            raise NotAllowed("this server keeps no sessions: it was started without --allow-dir")
         real = path.resolve()
         if not any(real != d and real.is_relative_to(d) for d in self.allow_dirs):
-            raise Forbidden(f"session_dir {spec[:200]!r} is not inside a folder this server allows; use a folder "
+            raise NotAllowed(f"session_dir {spec[:200]!r} is not inside a folder this server allows; use a folder "
                             f"under {', '.join(str(d) for d in self.allow_dirs)}")
         if real.exists() and not real.is_dir():
-            raise BadRequest(f"session_dir {spec[:200]!r} is a file, not a folder")
+            raise Refused(f"session_dir {spec[:200]!r} is a file, not a folder")
         return real
 
     def claim(self, folder: Path, resume: bool) -> StreamSession:
@@ -91,7 +83,7 @@ class SessionFolders:
             raise Conflict(f"session_dir {folder} is in use by another stream: close that stream first, or use "
                            f"another folder") from None
         except OSError as e:
-            raise BadRequest(f"session_dir {folder} cannot be used: {e.strerror or e}") from None
+            raise Refused(f"session_dir {folder} cannot be used: {e.strerror or e}") from None
         try:
             refuse_nesting(folder)
         except Conflict:
@@ -152,7 +144,7 @@ class StreamSession:
 
     def assistant(self, config, engine):
         """A new StreamingAssistant on `engine`: the saved session continued (its window, memory, clock and
-        dialogue) when resuming, else a fresh one. BadRequest for a snapshot that cannot be resumed."""
+        dialogue) when resuming, else a fresh one. Refused for a snapshot that cannot be resumed."""
         from streamvid.assistant import StreamingAssistant
 
         if not self.resume:
@@ -160,7 +152,7 @@ class StreamSession:
         try:
             return StreamingAssistant.resume(self.folder, config, engine=engine)
         except session_store.SnapshotError as e:
-            raise BadRequest(f"cannot resume: {e}") from None
+            raise Refused(f"cannot resume: {e}") from None
 
     def start_autosave(self, sa) -> None:
         if self.save_every_s:

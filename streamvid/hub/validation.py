@@ -1,25 +1,30 @@
-"""Arguments of the app's endpoints, checked before anything else happens: one line saying what is wrong.
+"""Arguments checked before anything else happens: one line saying what is wrong.
 
     text(value, "question")                  # a non-empty str, at most MAX_TEXT characters
+    path_text(value, "source")               # None, or a str a file system and the network can take
     optional_number(value, "fire", 0, 1)     # None, or a finite number within [low, high]
     cursor(value)                            # an int >= 0 (a JSON number with no fraction)
     stream_time(value, after_s=5.0)          # None, or a finite time in [after_s, MAX_STREAM_S]
+    fps(value, high=30.0)                    # a finite number in [MIN_FPS, high]
 
-Every check raises `ArgumentError` (a ValueError), which the page and the API show as the call's error; the session
-stays as it was. Values arrive from JSON, so a bool is not a number and a float with no fraction is an int.
+Every check raises `ArgumentError` (a ValueError), which every transport shows as the call's error; nothing has
+changed. Values arrive from JSON, so a bool is not a number and a float with no fraction is an int.
 """
 
 from __future__ import annotations
 
 import math
 
+from streamvid.hub.errors import ArgumentError
+
 MAX_TEXT = 2000  # characters of a question, a condition, a source spec or an id
 MAX_CURSOR = 2**53  # the largest whole number every JSON reader keeps exact
 MAX_STREAM_S = 10 * 365 * 24 * 3600.0  # stream times beyond ten years are refused (and 1e300 is)
+MIN_FPS = 0.01  # a frame per 100 s: slower is not a video stream (and 5e-324 would never sample a frame)
+MAX_PATH = 4096  # characters of a source or folder name
 
-
-class ArgumentError(ValueError):
-    """An endpoint argument of the wrong type or out of range; the message names it."""
+__all__ = ["ArgumentError", "cursor", "fps", "number", "optional_number", "optional_text", "path_text",
+           "stream_time", "text"]
 
 
 def text(value, name: str, empty_ok: bool = False) -> str:
@@ -36,6 +41,22 @@ def optional_text(value, name: str) -> str | None:
     return None if value is None else text(value, name, empty_ok=True)
 
 
+def path_text(value, name: str) -> str | None:
+    """None, or a source or folder name the file system and the network can take: no NUL, no lone surrogate, at
+    most MAX_PATH characters and no path part over 255 bytes."""
+    if value is None or not isinstance(value, str):
+        return value
+    if "\x00" in value:
+        raise ArgumentError(f"{name} holds a NUL character")
+    if any("\ud800" <= c <= "\udfff" for c in value):
+        raise ArgumentError(f"{name} holds a lone UTF-16 surrogate")
+    if len(value) > MAX_PATH:
+        raise ArgumentError(f"{name} is {len(value)} characters long, at most {MAX_PATH}")
+    if any(len(part.encode("utf-8")) > 255 for part in value.replace("\\", "/").split("/")):
+        raise ArgumentError(f"{name} has a part longer than 255 bytes")
+    return value
+
+
 def number(value, name: str, low: float = -math.inf, high: float = math.inf) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ArgumentError(f"{name} must be a number, got {_kind(value)}")
@@ -50,6 +71,10 @@ def optional_number(value, name: str, low: float = -math.inf, high: float = math
     return None if value is None else number(value, name, low, high)
 
 
+def fps(value, high: float) -> float:
+    return number(value, "fps", MIN_FPS, high)
+
+
 def cursor(value) -> int:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
@@ -61,7 +86,7 @@ def cursor(value) -> int:
 
 
 def stream_time(value, after_s: float | None = None) -> float | None:
-    """None (the server's clock), or a finite stream time not before `after_s` (the last frame's) and not past
+    """None (the hub's push clock), or a finite stream time not before `after_s` (the last frame's) and not past
     MAX_STREAM_S."""
     if value is None:
         return None

@@ -1,0 +1,419 @@
+"""The streams of one engine, for every client at once (the HTTP API, the web page), and each stream's one fan-out
+of outputs to many readers.
+
+    hub = Hub(engine, HubOptions())               # engine: streamvid.engine.Engine (started here)
+    info = hub.open("push", fps=2.0)              # {"id", "object": "stream", "source", "created", "fps", "state"}
+    hub.open("rtsp://cam.example/s")["state"]     # "opening": the source connects on hub.opener's threads
+    sub = hub.subscribe(info["id"], deltas=True)  # a bounded queue of this stream's outputs as JSON objects
+    hub.push(info["id"], png_bytes, "image/png")  # a frame (bytes, a file path or an array) into a push stream
+    qid = hub.ask(info["id"], "What colour is the circle?")
+    hub.close(info["id"])                         # stops it; returns its final stats
+    hub.open("push", session_dir="/srv/s/cam1")   # saved there (periodically, at close); resume=True continues it
+
+Each stream is a `StreamingAssistant` on the shared engine (whose scheduler thread, "streamvid-engine", does the
+model's work for every stream; each stream's reader thread, "streamvid-ingest", reads its source). One thread per
+stream ("streamvid-hub-fanout") is the only consumer of `sa.outputs()`: it turns every output into the JSON object
+`streamvid run` prints (a token piece becomes {"type": "answer.delta", "id", "text"}) and offers it to every
+subscriber (SSE clients, websockets, chat completions waiting for their answer, the alert webhooks) and to the
+stream's `listener` (the web page's transcript). A subscriber's queue is bounded: a slow one loses its oldest items
+and never holds up the others or the engine. The fan-out adds {"type": "status", "event": "ended"} when a clip or
+URL ends, "error" when the stream's work failed, and "closed" when the stream is stopped, after which every
+subscriber's `get` returns CLOSED.
+
+A URL source opens off the caller's path: `open` looks its host up (the policy's check) on the caller's thread,
+lists the stream in state "opening" and returns; its connect and probe run on `opener` (opening.py). The stream goes
+"live" when its source is open, or "failed" with a one-line `error` when the open fails or has not finished
+`options.source_open_timeout_s` after `open` was called. Clips, files and "push" open before `open` returns.
+
+Every request about a stream (a frame, a question, a status read, a watch) and every reader counts as activity: a
+stream without any for `options.stream_idle_timeout_s` is closed by `reap_idle` (a Periodic thread,
+"streamvid-hub-reaper"), its final stats logged. A URL's password and secret query values never appear in a
+stream's info, status, errors, events or the log (shown.redact). Every refusal is a `streamvid.hub.errors` error;
+a stream whose work failed raises `StreamFailed` on what is asked of it next.
+
+Thread contract: every public method from any thread; `streams` (registry.py) guards the table; a stream's `lock`
+its subscribers, its push clock and its opening state (never held across network waits). `clock` (monotonic
+seconds, the idle clock) may be replaced, for tests; open deadlines are on `time.monotonic`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from streamvid.assistant import BusyError, StreamingAssistant
+from streamvid.engine import EngineFull
+from streamvid.hub import fanout, images, validation
+from streamvid.hub.errors import (Busy, Conflict, HubError, NotFound, Refused, StreamFailed, Timeout)
+from streamvid.hub.opening import OpenPool
+from streamvid.hub.options import HubOptions
+from streamvid.hub.policy import SourcePolicy, Target
+from streamvid.hub.registry import Registry
+from streamvid.hub.session_folders import SESSION_MARK, SessionFolders
+from streamvid.hub.shown import finite, redact
+from streamvid.hub.stream import FrameTap, HubStream
+from streamvid.hub.subscriber import CLOSED, Subscriber
+from streamvid.periodic import Periodic
+from streamvid.user_text import clean
+
+log = logging.getLogger(__name__)
+
+class Hub:
+    """The streams of one engine by id; ids start with `prefix` (a replica's, under Ray) and end with `tag(id)` when
+    a `tag` is given (under Ray a MAC, so that the ingress can tell an id no replica issued)."""
+
+    def __init__(self, engine, options: HubOptions | None = None, prefix: str = "vs-", webhooks=None,
+                 clock: Callable[[], float] = time.monotonic, tag: Callable[[str], str] | None = None):
+        self.engine, self.clock, self.tag, self.prefix = engine, clock, tag, prefix
+        self.config = engine.config
+        self.options = options or HubOptions()
+        self.webhooks = webhooks  # a webhooks sender with offer(alert) and close(), or None
+        self.policy: SourcePolicy = self.options.policy(frame_px=self.config.frame_px)
+        self.opener = OpenPool(self.options.max_opening_sources)  # URL sources' connects and probes
+        self.folders = SessionFolders(self.policy.allow_dirs, self.options.session_save_s)
+        self.streams: Registry[HubStream] = Registry("stream", per_client=self.options.max_streams_per_client,
+                                                     clock=lambda: self.clock())
+        engine.start()  # warmed up and scheduling before the first (live) source opens
+        timeout = self.options.stream_idle_timeout_s
+        # idle streams are looked for every tenth of the timeout, between 0.05 s and 30 s
+        self._reaper = Periodic(self.reap_idle, min(30.0, max(0.05, timeout / 10)), name="streamvid-hub-reaper",
+                                what="closing idle streams") if timeout else None
+
+    # ---- streams ----------------------------------------------------------------------------------------
+    def open(self, source: object, fps: float | None = None, session_dir: object = None, resume: bool = False,
+             listed: Callable[[dict], None] | None = None, client: str = "",
+             assistant: StreamingAssistant | None = None, listener: Callable[[dict], None] | None = None) -> dict:
+        """A new stream on `source` (a spec for `policy`, or a Target a caller's policy resolved); Busy when the
+        engine, or `client`'s share of it, is full. With `session_dir` (a folder inside an --allow-dir) it is saved
+        there; `resume` continues the session saved there. `assistant`: one of the caller's, not started, on this
+        hub's engine (else a fresh one); `listener`: called with every output on the fan-out thread. A clip, a file
+        or "push" opens before this returns (state "live"). A URL's host is looked up here, then the stream is
+        listed in state "opening" and its source connects and is probed: on `opener` after this returns, or, with
+        `listed`, on this thread after `listed(info)` was called."""
+        called_s = time.monotonic()
+        fps = validation.fps(self.config.fps if fps is None else fps, self.options.max_fps)
+        validation.path_text(source, "source")
+        validation.path_text(session_dir, "session_dir")
+        if not isinstance(resume, bool) or (resume and session_dir is None):
+            raise Refused('"resume": true needs the "session_dir" the stream was saved in')
+        try:
+            target = source if isinstance(source, Target) else self.policy.resolve(source)
+            target.policy.check(target)  # a private or unresolvable host is refused before a slot is taken
+        except HubError as e:
+            raise type(e)(redact(e.message)) from None
+        timeout = self.options.source_open_timeout_s
+        if target.kind == "url" and time.monotonic() - called_s >= timeout:
+            raise Timeout(f"the source did not open within {timeout:g} s (--source-open-timeout-s): its host name "
+                          f"did not resolve in time")
+        self.streams.room(client)
+        folder = self.folders.resolve(session_dir) if session_dir is not None else None
+        session = self.folders.claim(folder, resume) if folder is not None else None
+        config = self.config if fps == self.config.fps else self.config.replace(fps=fps)
+        sa, src = assistant, None
+        try:
+            try:
+                if sa is None:
+                    sa = (session.assistant(config, self.engine) if session
+                          else StreamingAssistant(config, engine=self.engine))
+            except EngineFull as e:
+                raise Busy(str(e)) from None
+            s = self._new(sa, target, fps, session, client, listener)
+            if target.kind == "url":
+                s.opening, s.started, s.open_deadline = True, False, called_s + timeout
+                if listed is None:
+                    info = self._add(s)
+                    try:
+                        self.opener.submit(self._open_source, s, target)  # Unavailable: too many opening
+                    except BaseException:
+                        self.streams.pop(s.id, s)
+                        s.done.set()
+                        raise
+                    return info
+            else:
+                src = s.tap = FrameTap(target.open(fps))
+                s.push = src.inner if target.kind == "push" else None
+                sa.start(src)
+                info = self._add(s)
+        except BaseException:
+            if sa is not None:
+                sa.stop()
+            if src is not None:
+                src.close()
+            if session is not None:
+                session.release()
+            raise
+        if target.kind != "url":
+            if session is not None:
+                session.start_autosave(sa)
+            return info
+        try:  # opened on this thread once the caller has the listed stream's info
+            listed(self._add(s))
+        finally:
+            self._open_source(s, target)
+        return s.info()
+
+    def _new(self, sa, target: Target, fps: float, session, client: str, listener) -> HubStream:
+        sid = f"{self.prefix}{SESSION_MARK if session else ''}{secrets.token_hex(6)}"
+        if self.tag is not None:
+            sid += self.tag(sid)
+        return HubStream(sid, sa, target.kind, redact(target.label), fps, int(time.time()), client=client,
+                         session=session, listener=listener)
+
+    def _add(self, s: HubStream) -> dict:
+        """List the stream (Busy past the caps) and start its fan-out thread; its info."""
+        self.streams.add(s.id, s)
+        s.thread = threading.Thread(target=fanout.run, args=(s, self.webhooks, self._fail_open_late),
+                                    name="streamvid-hub-fanout", daemon=True)
+        s.thread.start()
+        return s.info()
+
+    def _open_source(self, s: HubStream, target: Target) -> None:
+        """On an `opener` thread: open the stream's URL source (connect, probe) and start the stream on it, unless
+        the stream failed (its deadline) or closed meanwhile: then the source is closed unused."""
+        try:
+            src = FrameTap(target.open(s.fps))
+        except Exception as e:  # noqa: BLE001 - a refused or unreachable source (or anything else) fails the stream
+            late = time.monotonic() >= s.open_deadline  # (ffmpeg's own timeout, at about the same time)
+            self._fail_open(s, self._too_late() if late else _message(e))
+            return
+        reason = "the stream closed while its source opened"
+        with s.lock:  # (not held while the source opened)
+            start = s.opening and not s.done.is_set()
+            if start:
+                try:
+                    s.sa.start(src)
+                except Exception as e:  # noqa: BLE001
+                    start, reason = False, _message(e)
+                else:
+                    s.tap, s.started, s.opening = src, True, False
+                    if s.session is not None:
+                        s.session.start_autosave(s.sa)
+        if not start:
+            src.close()
+            if s.opening:
+                self._fail_open(s, reason)
+        s.opened.set()
+
+    def _fail_open(self, s: HubStream, reason: str) -> None:
+        """The stream's source did not open: it is "failed" with `reason` (kept listed until it is closed), its
+        engine slot and session folder are given back, its readers get an error event."""
+        reason = redact(reason)
+        with s.lock:
+            if not s.opening:
+                return
+            s.opening, s.error = False, reason
+        s.opened.set()
+        log.warning("stream %s failed to open its source: %s", s.id, reason)
+        fanout.publish(s, {"type": "status", "event": "error", "t_s": round(s.sa.latest_t_s, 3), "message": reason})
+        try:
+            s.sa.stop()
+        except RuntimeError:
+            pass
+        if s.session is not None:
+            s.session.release()
+
+    def _fail_open_late(self, s: HubStream) -> None:
+        self._fail_open(s, self._too_late())
+
+    def _too_late(self) -> str:
+        return (f"the source did not open within {self.options.source_open_timeout_s:g} s "
+                f"(--source-open-timeout-s)")
+
+    def get(self, sid: str, touch: bool = True) -> HubStream:
+        """The stream (with `touch`, a request about it: its idle clock starts again); NotFound."""
+        s = self.streams.get(sid, touch) if isinstance(sid, str) else None
+        if s is None:
+            raise NotFound(f"no stream {str(sid)[:100]!r} on this server (it was never opened, or was deleted)")
+        return s
+
+    def list(self) -> list[dict]:
+        return [s.info() for s in self.streams.values()]
+
+    def __len__(self) -> int:
+        return len(self.streams)
+
+    def status(self, sid: str, touch: bool = True) -> dict:
+        """Its info and stats (the keys of `streamvid run`'s stats line); `touch=False`: a look that is not a
+        request (a page's refresh)."""
+        return self._status(self.get(sid, touch))
+
+    def _status(self, s: HubStream) -> dict:
+        extra = {"session": s.session.info()} if s.session is not None else {}
+        return finite({**s.info(), **s.sa.stats(), "t_s": round(s.sa.latest_t_s, 3), "running": s.state() == "live",
+                       "ended": s.sa.ended, "error": s.error, "triggers": len(s.sa.triggers()),
+                       "limits": s.sa.limits(), **extra})
+
+    def latest_frame(self, sid: str):
+        """The last frame the stream's assistant read (None before the first); not a request."""
+        tap = self.get(sid, touch=False).tap
+        return tap.last if tap is not None else None
+
+    def close(self, sid: str) -> dict:
+        """Stop the stream (source, reader and fan-out joined with bounds); its final stats."""
+        s = self.streams.pop(sid) if isinstance(sid, str) else None
+        if s is None:
+            raise NotFound(f"no stream {str(sid)[:100]!r} on this server (it was never opened, or was deleted)")
+        return self._stop(s)
+
+    def reap_idle(self, now: float | None = None) -> list[dict]:
+        """Close every stream that has had no request and no reader for options.stream_idle_timeout_s (as of `now`,
+        by default the hub's clock); log and return their final stats."""
+        timeout = self.options.stream_idle_timeout_s
+        if not timeout:
+            return []
+        now = self.clock() if now is None else now
+        finals = []
+        for s in self.streams.take_idle(now, timeout, busy=HubStream.watched):
+            final = self._stop(s, reason="idle")
+            log.warning("closed stream %s after %.0f s without frames, questions or reads; final stats: %s", s.id,
+                        now - s.last_active_s, json.dumps(final, allow_nan=False))
+            finals.append(final)
+        return finals
+
+    def _stop(self, s: HubStream, reason: str = "deleted") -> dict:
+        with s.lock:  # a source still opening is closed unused when it opens (see _open_source)
+            s.done.set()
+            s.opening = False
+            started = s.started
+        s.opened.set()
+        if s.session is not None and started:
+            s.session.save_final(s.sa)  # before the stream's state is released; never raises
+        try:
+            s.sa.stop()
+        except RuntimeError as e:  # the stream's work had failed and nobody had read it yet
+            s.error = s.error or redact(str(e))
+        if s.session is not None:
+            s.session.release()
+        if s.thread is not None:
+            s.thread.join(timeout=self.config.join_timeout_s + 2 * fanout.WAIT_S)
+        try:
+            for out in s.sa.outputs(timeout_s=0.0):  # what came after the fan-out stopped
+                fanout.deliver(s, out, self.webhooks)
+        except RuntimeError as e:
+            s.error = s.error or redact(str(e))
+        final = {**self._status(s), "running": False, "deleted": True, "reason": reason}
+        why = {"reason": reason} if reason != "deleted" else {}  # (a client's own delete needs no reason)
+        fanout.publish(s, {"type": "status", "event": "closed", "t_s": final["t_s"], **why})
+        with s.lock:
+            subscribers = list(s.subscribers)
+            s.subscribers.clear()
+            s.listener = None
+        for sub in subscribers:
+            sub.offer(CLOSED)
+        return final
+
+    def shutdown(self) -> None:
+        if self._reaper is not None:
+            self._reaper.stop()
+        self.opener.shutdown()
+        for s in self.streams.take_all():
+            try:
+                self._stop(s)
+            except Exception:  # noqa: BLE001 - one stream's failure must not keep the others running
+                pass
+        if self.webhooks is not None:
+            self.webhooks.close()
+
+    # ---- frames, questions, watches -----------------------------------------------------------------------
+    def push(self, sid: str, image, content_type: str | None = None, t_s: float | None = None) -> dict:
+        """One frame into a push stream at stream time `t_s` (None: the last frame's time plus the wall time since
+        it): PNG/JPEG bytes (of `content_type` when given), an image file's path, or an RGB array; refused above
+        the pixel cap before it is decoded. {"frames_in", "frames_dropped", "t_s"}."""
+        s = self.get(sid)
+        if s.push is None:
+            raise Conflict(f"stream {sid} plays {s.source!r}: frames can only be pushed to a \"push\" stream")
+        cap, px = self.options.max_frame_pixels, self.config.frame_px
+        if isinstance(image, bytes | bytearray):
+            image = images.decode(bytes(image), content_type, cap, px)
+        elif isinstance(image, str | Path):
+            image = images.load(str(image), cap, px)
+        else:
+            image = images.prepare(image, cap, px)
+        self._check_running(s)
+        with s.lock:
+            now = time.monotonic()
+            t_s = validation.stream_time(t_s, after_s=s.last_t_s)
+            if t_s is None:
+                t_s = 0.0 if s.last_t_s is None else s.last_t_s + (now - s.last_push_s)
+            s.last_t_s, s.last_push_s = t_s, now
+            s.push.push(image, t_s)
+        st = s.sa.ingest_stats()
+        return {"frames_in": st["frames_in"], "frames_dropped": st["frames_dropped"], "t_s": round(t_s, 3)}
+
+    def ask(self, sid: str, text: object, dialogue: list[tuple[str, str]] | None = None,
+            t_s: float | None = None) -> str:
+        """Queue a question about the stream at its current time (or `t_s`); its id. Busy when the queue is full,
+        Conflict while its source is still opening."""
+        s = self.get(sid)
+        self._check_running(s)
+        if s.opening:
+            raise Conflict(f"stream {sid} is still opening its source: ask once its state is \"live\"")
+        return self._on(s, lambda: s.sa.ask(text, t_s=t_s, dialogue=dialogue))
+
+    def watch(self, sid: str, condition: object, **thresholds) -> dict:
+        """A standing "tell me when ..." condition; `thresholds` (fire, reset: p(yes) in [0, 1]; None: the
+        engine's) override its firing rule."""
+        s = self.get(sid)
+        self._check_running(s)
+        given = {k: validation.number(v, k, 0.0, 1.0) for k, v in thresholds.items() if v is not None}
+        condition = self._on(s, lambda: clean(condition, "condition"))
+        return {"id": self._on(s, lambda: s.sa.watch(condition, **given)), "object": "watch", "condition": condition}
+
+    def watches(self, sid: str) -> list[dict]:
+        s = self.get(sid)
+        return [finite({"id": t["trigger_id"], "object": "watch", **t}) for t in s.sa.triggers()]
+
+    def unwatch(self, sid: str, wid: str) -> dict:
+        s = self.get(sid)
+        if not s.sa.unwatch(wid):
+            raise NotFound(f"no watch {str(wid)[:100]!r} on stream {sid}")
+        return {"id": wid, "object": "watch", "deleted": True}
+
+    def _check_running(self, s: HubStream) -> None:
+        if s.error is not None:
+            raise StreamFailed(f"stream {s.id} stopped with an error: {s.error}; close it and open another")
+        if s.done.is_set():
+            raise NotFound(f"stream {s.id} was deleted")
+
+    def _on(self, s: HubStream, fn: Callable):
+        """fn() on the stream's assistant, its refusals as the hub's errors: the one place a worker's failure
+        (RuntimeError) becomes StreamFailed."""
+        try:
+            return fn()
+        except BusyError as e:
+            raise Busy(str(e)) from None
+        except HubError:
+            raise
+        except ValueError as e:
+            raise Refused(str(e)) from None
+        except RuntimeError as e:
+            raise StreamFailed(f"stream {s.id} stopped with an error: {redact(str(e))}") from None
+
+    # ---- readers ------------------------------------------------------------------------------------------
+    def subscribe(self, sid: str, deltas: bool = False, loop=None, maxlen: int | None = None) -> Subscriber:
+        """A subscriber to the stream's outputs from now on (answer.delta items too with `deltas`); `loop`: the
+        asyncio loop of a consumer that awaits `get` (None: `get_sync`)."""
+        s = self.get(sid)
+        sub = Subscriber(maxlen or self.options.subscriber_queue, deltas, loop)
+        with s.lock:
+            if s.done.is_set():
+                sub.offer(CLOSED)
+            else:
+                s.subscribers.add(sub)
+        return sub
+
+    def unsubscribe(self, sid: str, sub: Subscriber) -> None:
+        s = self.streams.get(sid, touch=True)  # a reader leaving: the idle clock starts now
+        if s is not None:
+            with s.lock:
+                s.subscribers.discard(sub)
+
+
+def _message(e: BaseException) -> str:
+    """One line for a source that did not open."""
+    return e.message if isinstance(e, HubError) else f"internal error: {type(e).__name__}: {e}"
