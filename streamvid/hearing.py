@@ -17,7 +17,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -66,20 +66,23 @@ class Hearing:
     def finish(self) -> None:
         self.listener.finish()
 
-    def read(self, chunks: Iterator[AudioChunk], paced: bool) -> None:
-        """Read `chunks` on a thread into the listener (paced to the wall clock from the first chunk's time)."""
-        self._reader = threading.Thread(target=self._read, args=(chunks, paced), name="streamvid-audio", daemon=True)
+    def read(self, chunks: Iterator[AudioChunk], clock: Callable[[], float | None] | None = None) -> None:
+        """Read `chunks` on a thread into the listener. With `clock` (the monotonic time stream time 0 is played
+        at, None until it is known: a paced source's `clock_origin_s`), each chunk is handed over once its last
+        sample has been played, as a microphone would."""
+        self._reader = threading.Thread(target=self._read, args=(chunks, clock), name="streamvid-audio", daemon=True)
         self._reader.start()
 
-    def _read(self, chunks: Iterator[AudioChunk], paced: bool) -> None:
-        start = None
+    def _read(self, chunks: Iterator[AudioChunk], clock: Callable[[], float | None] | None) -> None:
         try:
             for chunk in chunks:
                 if self._stop.is_set():
                     return
-                if paced:
-                    start = start if start is not None else time.monotonic() - chunk.t_s
-                    if (wait := start + chunk.t_s - time.monotonic()) > 0 and self._stop.wait(wait):
+                if clock is not None:
+                    while (origin := clock()) is None:  # the frames have not started playing yet
+                        if self._stop.wait(0.01):
+                            return
+                    if (wait := origin + chunk.t_end_s - time.monotonic()) > 0 and self._stop.wait(wait):
                         return
                 while not self.listener.feed(chunk, timeout_s=0.5):
                     if self._stop.is_set() or not self.listener.alive:
@@ -114,5 +117,7 @@ def hearing_for(config: EngineConfig, source, stream: Stream, replay: bool) -> H
         return None
     hearing = Hearing(stream, load_recognizer(config.asr, asr_device(config)))
     stream.ingest.wait_for_sound = replay
-    hearing.read(chunks, paced=not replay and isinstance(source, FileSource))  # a camera or URL is live already
+    stream.ingest.has_sound = True  # the stream ends once its sound has been heard too
+    paced = not replay and isinstance(source, FileSource)  # a camera or URL is live already
+    hearing.read(chunks, clock=(lambda: source.clock_origin_s) if paced else None)
     return hearing

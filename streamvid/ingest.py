@@ -61,6 +61,7 @@ class Ingest:
         self.lock = threading.Lock()
         self._speech: deque[Utterance] = deque()  # heard, not in the window yet, in time order
         self.wait_for_sound = False  # a replay: a chunk waits until the sound is heard up to its start
+        self.has_sound = False  # the input's sound is being heard: the stream ends once it is heard to its end
         self.input_ended = False  # no more frames will come (the stream is finishing)
         self.heard_until_s = float("inf")  # stream time up to which the sound has been transcribed (session clock)
         self.speech_blocks = 0

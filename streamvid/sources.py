@@ -148,6 +148,7 @@ class _Pump:
     def __init__(self, frames: Iterable[Frame], name: str, pace: bool,
                  on_exit: Callable[[], None] = lambda: None) -> None:
         self._frames, self._pace, self._on_exit = frames, pace, on_exit
+        self.clock_origin_s: float | None = None  # paced: the monotonic time stream time 0 is played at
         self._slot = _LatestSlot(name)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=THREAD_NAME, daemon=True)
@@ -159,7 +160,7 @@ class _Pump:
             for frame in self._frames:
                 if self._pace:
                     if clock_origin_s is None:
-                        clock_origin_s = time.monotonic() - frame.t_s
+                        clock_origin_s = self.clock_origin_s = time.monotonic() - frame.t_s
                     delay_s = clock_origin_s + frame.t_s - time.monotonic()
                     if delay_s > 0 and self._stop.wait(delay_s):
                         break
@@ -254,6 +255,12 @@ class FileSource(_Source):
         else:
             self._impl = _Replay(frames, on_close=container.close)
 
+
+    @property
+    def clock_origin_s(self) -> float | None:
+        """Paced (`realtime`): the monotonic time at which stream time 0 is played, once the first frame is out;
+        what the file's sound is paced by too (hearing.py). None for a replay."""
+        return getattr(self._impl, "clock_origin_s", None)
 
     def sound(self) -> Iterator[AudioChunk] | None:
         """The file's sound on the frames' clock (audio/pcm.file_audio, decoded on its own), or None when it has no

@@ -243,8 +243,8 @@ class Stream:
         if finishing and drained:
             self.ingest.flush()
             self.ingest.input_ended = True
-            sound_done = not self.ingest.wait_for_sound or (self.ingest.heard_until_s == float("inf")
-                                                            and not self.ingest.speech_waiting)
+            sound_done = not self.ingest.has_sound or (self.ingest.heard_until_s == float("inf")
+                                                       and not self.ingest.speech_waiting)
             if not self.ingest.chunks_waiting and sound_done and not self.ended.is_set():
                 self.ended.set()
         self._release(everything=finishing and drained)

@@ -47,7 +47,9 @@ def _clean(text: str) -> str:
 
 
 class WhisperCT2:
-    """Whisper through faster-whisper: greedy, English, no timestamps, each utterance on its own."""
+    """Whisper through faster-whisper: English, no timestamps, each utterance on its own; beam search (5), and at
+    most 8 + 6 tokens per second of speech, so a decoding that repeats itself ("W-W-W-...") ends (held-out espeak-ng
+    lines: word error rate 3.3 greedy and uncapped, 0.46 capped, 0.41 with the beam, in about the same time)."""
 
     def __init__(self, model_dir: str | Path, name: str, device: str = "cpu", threads: int = 1):
         from faster_whisper import WhisperModel
@@ -60,9 +62,11 @@ class WhisperCT2:
 
     def transcribe(self, samples: np.ndarray) -> str:
         with self.lock:
-            segments, _ = self._model.transcribe(np.asarray(samples, np.float32), language="en", beam_size=1,
-                                                 best_of=1, temperature=0.0, condition_on_previous_text=False,
-                                                 without_timestamps=True, vad_filter=False)
+            seconds = len(samples) / RATE
+            segments, _ = self._model.transcribe(np.asarray(samples, np.float32), language="en", beam_size=5,
+                                                 temperature=0.0, condition_on_previous_text=False,
+                                                 without_timestamps=True, vad_filter=False,
+                                                 max_new_tokens=min(200, int(8 + 6 * seconds)))
             return _clean(" ".join(s.text for s in segments))
 
 
