@@ -25,7 +25,6 @@ from streamvid.audio.asr import Recognizer, load_recognizer
 from streamvid.audio.listener import Listener
 from streamvid.audio.pcm import CHUNK_S, RATE, AudioChunk
 from streamvid.config import EngineConfig
-from streamvid.sources import FileSource
 from streamvid.stream import BusyError, Stream
 
 log = logging.getLogger("streamvid")
@@ -118,6 +117,6 @@ def hearing_for(config: EngineConfig, source, stream: Stream, replay: bool) -> H
     hearing = Hearing(stream, load_recognizer(config.asr, asr_device(config)))
     stream.ingest.wait_for_sound = replay
     stream.ingest.has_sound = True  # the stream ends once its sound has been heard too
-    paced = not replay and isinstance(source, FileSource)  # a camera or URL is live already
+    paced = not replay and hasattr(source, "clock_origin_s")  # a file played live (a camera or URL is live already)
     hearing.read(chunks, clock=(lambda: source.clock_origin_s) if paced else None)
     return hearing

@@ -48,7 +48,7 @@ from pathlib import Path
 
 from streamvid.assistant import BusyError, StreamingAssistant
 from streamvid.engine import EngineFull
-from streamvid.hub import fanout, images, validation
+from streamvid.hub import fanout, images, sound, validation
 from streamvid.hub.errors import (Busy, Conflict, HubError, NotFound, Refused, StreamFailed, Timeout)
 from streamvid.hub.opening import OpenPool
 from streamvid.hub.options import HubOptions
@@ -344,6 +344,13 @@ class Hub:
             s.push.push(image, t_s)
         st = s.sa.ingest_stats()
         return {"frames_in": st["frames_in"], "frames_dropped": st["frames_dropped"], "t_s": round(t_s, 3)}
+
+    def push_audio(self, sid: str, body: bytes, content_type: str | None, rate: int | None = None,
+                   t_s: float | None = None) -> dict:
+        """Sound into a push stream (sound.py): a WAV, or raw PCM16 at `rate`; {"t_s", "t_end_s", "utterances"}."""
+        s = self.get(sid)
+        self._check_running(s)
+        return sound.push_sound(s, body, content_type, self.config, rate, t_s)
 
     def ask(self, sid: str, text: object, dialogue: list[tuple[str, str]] | None = None,
             t_s: float | None = None) -> str:

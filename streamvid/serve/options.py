@@ -19,7 +19,7 @@ class ServeOptions(HubOptions):
 
     api_key: str | None = None
     model_id: str = "streamvid"
-    max_body_mb: float = 32.0  # largest image body accepted
+    max_body_mb: float = 32.0  # largest image or sound body accepted
     max_new_tokens: int | None = None  # the engine's: an answer that long finishes with "length"
     answer_timeout_s: float = 120.0  # a chat completion waits this long for its answer
     webhook_urls: tuple[str, ...] = ()

@@ -60,7 +60,7 @@ from streamvid.serve.service import HubService
 
 log = logging.getLogger(__name__)
 
-CALLS = ("open", "list", "count", "status", "close", "push", "question", "watch", "watches", "unwatch")
+CALLS = ("open", "list", "count", "status", "close", "push", "push_audio", "question", "watch", "watches", "unwatch")
 STREAMS = ("ask", "events")
 _ID = re.compile(r"^r(\d+)\.([0-9a-f]+)-")
 RAY_ERRORS = (RayError, RayServeException)
@@ -220,6 +220,10 @@ class RayBackend:
 
     async def push(self, sid: str, data: bytes, content_type: str | None, t_s: float | None = None) -> dict:
         return await self._on(sid, "push", data, content_type, t_s)
+
+    async def push_audio(self, sid: str, data: bytes, content_type: str | None, rate: int | None = None,
+                         t_s: float | None = None) -> dict:
+        return await self._on(sid, "push_audio", data, content_type, rate, t_s)
 
     async def question(self, sid: str, text: object) -> dict:
         return await self._on(sid, "question", text)

@@ -4,9 +4,12 @@ Client messages (JSON text):
     {"type": "input_image", "image": "<base64 PNG or JPEG>", "t_s": 12.5}     t_s optional
     {"type": "question", "text": "What colour is the circle?"}
     {"type": "watch", "condition": "a red circle appears"}
+    {"type": "input_audio_buffer.append", "audio": "<base64 PCM16 mono>"}  24 kHz (OpenAI Realtime's name and
+        format; "rate" may say otherwise); a push stream's sound, heard as {"type": "transcript"} messages
 Server messages: every output of the stream as its JSON object with its "type" ("alert", "say", "status", ...);
 answers streamed as {"type": "answer.delta", "id", "text"} pieces, then the full {"type": "answer", ...}. Each
-client message is acknowledged: {"type": "ack", "for": "input_image", "frames_in", "frames_dropped", "t_s"},
+client message but input_audio_buffer.append is acknowledged: {"type": "ack", "for": "input_image", "frames_in",
+"frames_dropped", "t_s"},
 {"type": "ack", "for": "question", "id"}, {"type": "ack", "for": "watch", "id"}. A bad message gets
 {"type": "error", "message", "status"} and the socket stays open. With an API key the upgrade request needs
 `Authorization: Bearer KEY` (refused with 401 otherwise); an unknown stream is refused with 404. The socket closes
@@ -27,6 +30,8 @@ from starlette.websockets import WebSocketDisconnect
 from streamvid.hub.errors import HubError, Refused, TooLarge
 from streamvid.serve.errors import ServeError, wire_error
 from streamvid.serve.web import GetBackend, check_key, dumps, error_response
+
+REALTIME_RATE = 24000  # OpenAI Realtime's PCM16 input rate
 
 
 def add_routes(app: FastAPI, get_backend: GetBackend) -> None:
@@ -72,7 +77,8 @@ def add_routes(app: FastAPI, get_backend: GetBackend) -> None:
                 except Exception as e:  # noqa: BLE001 - one bad message never closes the socket
                     e = wire_error(e)
                     reply = {"type": "error", "message": e.message, "status": e.status}
-                await send(reply)
+                if reply is not None:
+                    await send(reply)
         except (WebSocketDisconnect, RuntimeError):  # RuntimeError: the socket closed under us
             pass
         finally:
@@ -82,10 +88,11 @@ def add_routes(app: FastAPI, get_backend: GetBackend) -> None:
             await items.aclose()
 
 
-async def _handle(backend, sid: str, message: dict) -> dict:
+async def _handle(backend, sid: str, message: dict) -> dict | None:
     text = message.get("text")
     if text is None:
-        raise Refused("send JSON text messages (input_image, question, watch), not binary ones")
+        raise Refused("send JSON text messages (input_image, input_audio_buffer.append, question, watch), not binary "
+                      "ones")
     if len(text) > 4 * backend.options.max_body_mb * 2**20 / 3 + 1024:
         raise TooLarge(f"the message is above the {backend.options.max_body_mb:g} MB image limit")
     try:
@@ -107,12 +114,23 @@ async def _handle(backend, sid: str, message: dict) -> dict:
             raise Refused("input_image: \"image\" is not valid base64") from None
         result = await backend.push(sid, data, None, msg.get("t_s"))
         return {"type": "ack", "for": "input_image", **result}
+    if kind == "input_audio_buffer.append":
+        audio, rate = msg.get("audio"), msg.get("rate", REALTIME_RATE)
+        if not isinstance(audio, str):
+            raise Refused('input_audio_buffer.append needs "audio": base64 PCM16 mono')
+        try:
+            data = base64.b64decode(audio, validate=True)
+        except (binascii.Error, ValueError):
+            raise Refused("input_audio_buffer.append: \"audio\" is not valid base64") from None
+        await backend.push_audio(sid, data, "audio/pcm", rate, msg.get("t_s"))
+        return None  # (as OpenAI Realtime: appends are not acknowledged; what is heard comes as transcripts)
     if kind == "question":
         return {"type": "ack", "for": "question", **await backend.question(sid, msg.get("text"))}
     if kind == "watch":
         result = await backend.watch(sid, msg.get("condition"), msg.get("fire"), msg.get("reset"))
         return {"type": "ack", "for": "watch", "id": result["id"]}
-    raise Refused(f"unknown message type {str(kind)[:40]!r}: expected input_image, question or watch")
+    raise Refused(f"unknown message type {str(kind)[:40]!r}: expected input_image, input_audio_buffer.append, "
+                  f"question or watch")
 
 
 async def _deny(ws: WebSocket, e: ServeError) -> None:

@@ -8,13 +8,15 @@ Serve application (ray_app.py); only the backend behind `get_backend()` differs.
     GET    /v1/streams/{id}                   frames in/dropped, clock, window, memory (the stats line)
     DELETE /v1/streams/{id}                   stops it: the final stats
     POST   /v1/streams/{id}/frames[?t_s=]     PNG or JPEG body -> {"frames_in", "frames_dropped", "t_s"}
+    POST   /v1/streams/{id}/audio[?rate=&t_s=]  WAV, or raw PCM16 (audio/pcm) at ?rate= -> {"t_s", "t_end_s",
+                                              "utterances"}; what is heard comes as "transcript" events
     POST   /v1/streams/{id}/watches           {"condition"} -> {"id"}; GET lists them; DELETE .../watches/{wid}
     GET    /v1/streams/{id}/events            server-sent events: one per output (event: <type>, data: <JSON>)
 
 Errors are `{"error": {"message", "type", "code"}}` with a one-line message: 400 (bad value or JSON), 401 (API
 key), 403 (a session_dir outside the allowed folders), 404 (unknown stream, watch, model or saved session), 409
-(frames to a stream that is not "push", a session_dir in use or already holding a session), 413 (body too large),
-415 (not PNG/JPEG), 422 (a body of the wrong shape), 429 (engine full, questions queue full), 503 (the stream's
+(frames or sound to a stream that is not "push", a session_dir in use or already holding a session), 413 (body too
+large), 415 (not PNG/JPEG, not WAV/PCM16), 422 (a body of the wrong shape), 429 (engine full, questions queue full), 503 (the stream's
 replica died, or the stream failed), 504 (no answer in time). JSON never holds NaN or Infinity.
 """
 
@@ -35,6 +37,7 @@ import streamvid.serve.openai_api as openai_api
 import streamvid.serve.realtime as realtime
 from streamvid.hub.errors import HubError, Refused, TooLarge
 from streamvid.hub.images import media_type
+from streamvid.hub.sound import media_type as sound_media_type
 from streamvid.serve.errors import ServeError, wire_error
 from streamvid.serve.front_door import Door, FrontDoor
 from streamvid.serve.web import GetBackend, StrictJSONResponse, check_key, error_response, event_name, sse
@@ -110,25 +113,22 @@ def create_app(get_backend: GetBackend, lifespan: Callable[[FastAPI], AbstractAs
         backend = get_backend()
         content_type = request.headers.get("content-type")
         media_type(content_type)  # 415 before the body is read
-        limit = int(backend.options.max_body_mb * 2**20)
-        declared = request.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > limit:
-            raise TooLarge(f"the image body is {int(declared) / 2**20:.1f} MB, above the "
-                           f"{backend.options.max_body_mb:g} MB limit")
-        data = bytearray()
-        parts = request.stream()
-        while True:  # each part of the body within the read timeout, as the front door reads JSON bodies
-            try:
-                chunk = await asyncio.wait_for(anext(parts), backend.options.request_timeout_s)
-            except StopAsyncIteration:
-                break
-            except TimeoutError:
-                raise ServeError(f"the image body did not arrive within {backend.options.request_timeout_s:g} s", 408,
-                                 "invalid_request_error") from None
-            data += chunk
-            if len(data) > limit:
-                raise TooLarge(f"the image body is above the {backend.options.max_body_mb:g} MB limit")
-        return await backend.push(sid, bytes(data), content_type, t_s)
+        data = await _body(request, backend.options, "image", backend.options.max_body_mb)
+        return await backend.push(sid, data, content_type, t_s)
+
+    @app.post("/v1/streams/{sid}/audio", dependencies=auth,
+              openapi_extra={"requestBody": {"required": True, "content": {
+                  "audio/wav": {"schema": {"type": "string", "format": "binary"}},
+                  "audio/pcm": {"schema": {"type": "string", "format": "binary"}}}}})
+    async def push_audio(sid: str, request: Request,
+                         rate: int | None = Query(None, description="sample rate of a raw PCM16 body (audio/pcm)"),
+                         t_s: float | None = Query(None, description="stream time the sound starts at (default: "
+                                                   "where the last pushed sound ended)")) -> dict:
+        backend = get_backend()
+        content_type = request.headers.get("content-type")
+        sound_media_type(content_type)  # 415 before the body is read
+        data = await _body(request, backend.options, "audio", backend.options.max_body_mb)
+        return await backend.push_audio(sid, data, content_type, rate, t_s)
 
     @app.post("/v1/streams/{sid}/watches", dependencies=auth)
     async def add_watch(sid: str, body: WatchCreate) -> dict:
@@ -197,3 +197,25 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def internal_error(request: Request, e: Exception):
         return error_response(wire_error(e))
+
+
+async def _body(request: Request, options, what: str, limit_mb: float) -> bytes:
+    """A binary body, each part within the read timeout (as the front door reads JSON bodies), at most `limit_mb`
+    (413 from the declared length, before reading, or once more has come)."""
+    limit = int(limit_mb * 2**20)
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise TooLarge(f"the {what} body is {int(declared) / 2**20:.1f} MB, above the {limit_mb:g} MB limit")
+    data = bytearray()
+    parts = request.stream()
+    while True:
+        try:
+            chunk = await asyncio.wait_for(anext(parts), options.request_timeout_s)
+        except StopAsyncIteration:
+            return bytes(data)
+        except TimeoutError:
+            raise ServeError(f"the {what} body did not arrive within {options.request_timeout_s:g} s", 408,
+                             "invalid_request_error") from None
+        data += chunk
+        if len(data) > limit:
+            raise TooLarge(f"the {what} body is above the {limit_mb:g} MB limit")

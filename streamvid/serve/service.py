@@ -76,6 +76,10 @@ class HubService:
     async def push(self, sid: str, data: bytes, content_type: str | None, t_s: float | None = None) -> dict:
         return await asyncio.to_thread(self.hub.push, sid, data, content_type, t_s)
 
+    async def push_audio(self, sid: str, data: bytes, content_type: str | None, rate: int | None = None,
+                         t_s: float | None = None) -> dict:
+        return await asyncio.to_thread(self.hub.push_audio, sid, data, content_type, rate, t_s)
+
     async def question(self, sid: str, text: object) -> dict:
         """Queue a question without waiting for its answer (the realtime socket's); {"id": qid}."""
         return {"id": self.hub.ask(sid, text)}

@@ -1,0 +1,60 @@
+"""Sound pushed to a hub stream (`POST /v1/streams/{id}/audio`, the realtime socket's `input_audio_buffer.append`):
+a WAV body, or raw PCM16 mono at a given rate, heard by the stream's own listener from the first push on.
+
+    heard = push_sound(s, body, "audio/wav", config)                       # {"t_s", "t_end_s", "utterances"}
+    heard = push_sound(s, raw, "audio/pcm", config, rate=24000, t_s=12.0)
+
+Sound goes to push streams only (a file, camera or URL stream hears its own). Its time is the client's `t_s`, or
+where the last push ended (the stream's newest frame for the first). Refusals are the hub's errors, one line each.
+"""
+
+from __future__ import annotations
+
+from streamvid.audio.asr import load_recognizer
+from streamvid.audio.pcm import RATE, pcm16_samples, wav_samples
+from streamvid.hearing import Hearing, asr_device
+from streamvid.hub.errors import Busy, Conflict, Refused, UnsupportedMedia
+from streamvid.hub.stream import HubStream
+from streamvid.stream import BusyError
+
+WAV = ("audio/wav", "audio/x-wav", "audio/wave", "audio/vnd.wave")
+PCM = ("audio/pcm", "audio/l16", "application/octet-stream")
+
+
+def media_type(content_type: str | None) -> str:
+    """The body's kind ("wav" or "pcm") from its Content-Type; Unsupported (one line) for anything else."""
+    kind = (content_type or "").split(";")[0].strip().lower()
+    if kind in WAV:
+        return "wav"
+    if kind in PCM:
+        return "pcm"
+    raise UnsupportedMedia(f"audio must be a WAV (audio/wav) or raw PCM16 (audio/pcm with ?rate=), got "
+                      f"{kind or 'no Content-Type'!r}")
+
+
+def push_sound(s: HubStream, body: bytes, content_type: str | None, config, rate: int | None = None,
+               t_s: float | None = None) -> dict:
+    kind = media_type(content_type)
+    if s.push is None:
+        raise Conflict(f"stream {s.id} plays {s.source!r}, which is heard from its own sound track: sound can only "
+                       f"be pushed to a \"push\" stream")
+    if config.audio == "off":
+        raise Conflict("this server does not hear sound (--audio off)")
+    try:
+        if kind == "pcm":
+            if rate is None:
+                raise ValueError("raw PCM16 needs its sample rate: ?rate=24000")
+            samples = pcm16_samples(body, rate)
+        else:
+            samples = wav_samples(body)
+        with s.lock:  # the stream's listener from the first push on (its assistant closes it)
+            if s.sa.hearing is None:
+                s.sa.hearing = Hearing(s.sa.stream, load_recognizer(config.asr, asr_device(config)))
+            hearing = s.sa.hearing
+        start = hearing.push(samples, t_s)
+    except BusyError as e:
+        raise Busy(str(e)) from None
+    except ValueError as e:
+        raise Refused(str(e)) from None
+    return {"t_s": round(start, 3), "t_end_s": round(start + len(samples) / RATE, 3),
+            "utterances": s.sa.stream.utterances}

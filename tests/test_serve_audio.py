@@ -1,0 +1,149 @@
+"""Sound pushed to `streamvid serve`: `POST /v1/streams/{id}/audio` (a WAV, or raw PCM16 at ?rate=) and the
+realtime socket's `input_audio_buffer.append` (base64 PCM16, 24 kHz), heard as `transcript` events by real
+clients (httpx reading the SSE stream, a websockets client); bad sound is a one-line 4xx and the stream goes on.
+The speech is espeak-ng's (skipped without it, except under STREAMVID_REQUIRE_SPEECH=1), the check that it was
+heard is the recogniser's words against the words spoken."""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import shutil
+import subprocess
+import threading
+import wave
+
+import httpx
+import numpy as np
+import pytest
+
+from streamvid.eval.wer import words
+from streamvid.serve import ServeOptions, build_app
+from serve_helpers import config, engine, running, strict_json, wait_until  # noqa: F401 - fixtures
+
+websockets_sync = pytest.importorskip("websockets.sync.client")
+
+
+def _speech(tmp_path, text: str, rate: int) -> np.ndarray:
+    exe = shutil.which("espeak-ng")
+    if exe is None:
+        if os.environ.get("STREAMVID_REQUIRE_SPEECH") == "1":
+            raise RuntimeError("STREAMVID_REQUIRE_SPEECH=1 but espeak-ng is not installed")
+        pytest.skip("espeak-ng is not installed")
+    out = tmp_path / "say.wav"
+    subprocess.run([exe, "-v", "en-us", "-w", str(out), text], check=True, timeout=30)
+    with wave.open(str(out)) as w:
+        x = np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.float32) / 32768
+        src = w.getframerate()
+    silence = np.zeros(src, np.float32)
+    x = np.concatenate([silence / 2, x, silence])  # the listener ends an utterance on the silence after it
+    t = np.arange(int(len(x) * rate / src)) / rate
+    return (np.interp(t, np.arange(len(x)) / src, x) * 32767).astype("<i2")
+
+
+def _wav(samples: np.ndarray, rate: int) -> bytes:
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(rate)
+        w.writeframes(samples.tobytes())
+    return buf.getvalue()
+
+
+@pytest.fixture(scope="module")
+def server(engine):  # noqa: F811
+    app = build_app(engine, ServeOptions(max_new_tokens=4, max_body_mb=4.0))
+    with running(app) as url:
+        yield url
+
+
+@pytest.fixture
+def http(server):
+    with httpx.Client(base_url=server, timeout=60.0) as client:
+        yield client
+
+
+def _events(server: str, sid: str, got: list, stop: threading.Event) -> threading.Thread:
+    def read():
+        with httpx.stream("GET", f"{server}/v1/streams/{sid}/events", timeout=60.0) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: "):
+                    got.append(strict_json(line[6:]))
+                if stop.is_set():
+                    return
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_pushed_wav_and_pcm_are_heard_as_transcript_events(server, http, tmp_path):
+    sid = http.post("/v1/streams", json={"source": "push"}).json()["id"]
+    got, stop = [], threading.Event()
+    reader = _events(server, sid, got, stop)
+    try:
+        r = http.post(f"/v1/streams/{sid}/audio?t_s=2.0", content=_wav(_speech(tmp_path, "stop", 22050), 22050),
+                      headers={"content-type": "audio/wav"})
+        assert r.status_code == 200, r.text
+        first = r.json()
+        assert first["t_s"] == 2.0 and first["t_end_s"] > 3.0
+        raw = _speech(tmp_path, "where are my keys", 24000).tobytes()
+        r = http.post(f"/v1/streams/{sid}/audio?rate=24000", content=raw, headers={"content-type": "audio/pcm"})
+        assert r.status_code == 200 and r.json()["t_s"] == first["t_end_s"]  # goes on where the last ended
+        said = wait_until(lambda: [e for e in got if e["type"] == "transcript"][1:] and
+                          [e for e in got if e["type"] == "transcript"], what="two transcripts")
+        assert "stop" in words(said[0]["text"]) and "keys" in words(said[1]["text"])
+        assert 2.0 <= said[0]["t_s"] < said[0]["t_end_s"] <= first["t_end_s"] <= said[1]["t_s"]
+        assert http.get(f"/v1/streams/{sid}").json()["utterances"] == 2
+    finally:
+        stop.set()
+        http.delete(f"/v1/streams/{sid}")
+        reader.join(10)
+
+
+@pytest.mark.parametrize("query, body, content_type, status, message", [
+    ("", b"\x00\x00", "audio/pcm", 400, "needs its sample rate"),
+    ("?rate=24000", b"\x00\x00\x00", "audio/pcm", 400, "even number of bytes"),
+    ("", b"RIFFnot a wav at all", "audio/wav", 400, "not a WAV file"),
+    ("", b"\x00\x00", "audio/mpeg", 415, "WAV (audio/wav) or raw PCM16"),
+    ("?rate=24000&t_s=0.5", b"\x00\x00" * 2400, "audio/pcm", 400, "goes back in time"),
+])
+def test_bad_sound_is_one_line_and_the_stream_goes_on(http, query, body, content_type, status, message):
+    sid = http.post("/v1/streams", json={"source": "push"}).json()["id"]
+    try:
+        assert http.post(f"/v1/streams/{sid}/audio?rate=24000&t_s=1.0", content=b"\x00\x00" * 2400,
+                         headers={"content-type": "audio/pcm"}).status_code == 200
+        r = http.post(f"/v1/streams/{sid}/audio{query}", content=body, headers={"content-type": content_type})
+        error = strict_json(r.text)["error"]
+        assert r.status_code == status and message in error["message"] and "\n" not in error["message"]
+        assert http.post(f"/v1/streams/{sid}/audio?rate=24000", content=b"\x00\x00" * 2400,
+                         headers={"content-type": "audio/pcm"}).status_code == 200  # and it goes on
+    finally:
+        http.delete(f"/v1/streams/{sid}")
+
+
+def test_sound_to_a_clip_stream_is_409(http):
+    sid = http.post("/v1/streams", json={"source": "shapes_7"}).json()["id"]
+    try:
+        r = http.post(f"/v1/streams/{sid}/audio?rate=24000", content=b"\x00\x00", headers={"content-type": "audio/pcm"})
+        assert r.status_code == 409 and "push" in r.json()["error"]["message"]
+    finally:
+        http.delete(f"/v1/streams/{sid}")
+
+
+def test_realtime_socket_hears_input_audio_buffer_append(server, http, tmp_path):
+    sid = http.post("/v1/streams", json={"source": "push"}).json()["id"]
+    try:
+        raw = _speech(tmp_path, "please help", 24000).tobytes()
+        with websockets_sync.connect(server.replace("http://", "ws://") + f"/v1/streams/{sid}/realtime") as ws:
+            ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": "***"}))
+            error = strict_json(ws.recv(timeout=60))
+            assert error["type"] == "error" and "base64" in error["message"] and error["status"] == 400
+            for i in range(0, len(raw), 9600):  # 0.2 s a message, as a microphone sends
+                ws.send(json.dumps({"type": "input_audio_buffer.append",
+                                    "audio": base64.b64encode(raw[i:i + 9600]).decode()}))
+            while (m := strict_json(ws.recv(timeout=60)))["type"] != "transcript":
+                assert m["type"] != "error", m
+            assert "help" in words(m["text"])
+    finally:
+        http.delete(f"/v1/streams/{sid}")
