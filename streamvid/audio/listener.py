@@ -56,7 +56,8 @@ class Listener:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while not self._closed.is_set():
             try:
-                self._queue.put(chunk, timeout=0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic())))
+                wait = 0.2 if deadline is None else max(0.0, min(0.2, deadline - time.monotonic()))
+                self._queue.put(chunk, timeout=wait)
                 self.last_t_s = chunk.t_end_s
                 return True
             except queue.Full:

@@ -134,7 +134,8 @@ def wav_samples(body: bytes) -> np.ndarray:
             if not container.streams.audio:
                 raise ValueError("not a WAV file: no audio stream")
             resampler = _resampler()
-            parts = [p for frame in container.decode(container.streams.audio[0]) for p in _as_float(resampler.resample(frame))]
+            frames = container.decode(container.streams.audio[0])
+            parts = [p for frame in frames for p in _as_float(resampler.resample(frame))]
             parts += _as_float(resampler.resample(None))
     except (av.error.FFmpegError, OSError) as e:
         raise ValueError(f"not a WAV file: {str(e).splitlines()[0]}") from e

@@ -49,7 +49,8 @@ def tiny_whisper(out_dir: str | Path, seed: int = 0, hidden: int = 32, layers: i
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
-    WhisperProcessor(feature_extractor=WhisperFeatureExtractor(feature_size=80), tokenizer=tokenizer).save_pretrained(out)
+    processor = WhisperProcessor(feature_extractor=WhisperFeatureExtractor(feature_size=80), tokenizer=tokenizer)
+    processor.save_pretrained(out)
     return out
 
 
