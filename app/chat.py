@@ -23,6 +23,11 @@ def alert_text(alert: dict) -> str:
     return f"[{clock(alert.get('t_s'))}] {alert.get('text', '')} ({', '.join(why)})"
 
 
+def heard_text(transcript: dict) -> str:
+    """One line for words heard in the stream's sound: stream time and the words."""
+    return f"[{clock(transcript.get('t_s'))}] “{transcript.get('text', '')}”"
+
+
 def model_name(model: str) -> str:
     path = Path(model)
     return path.name if path.is_dir() else model

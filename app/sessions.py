@@ -30,6 +30,8 @@ import threading
 import time
 from collections.abc import Iterator
 
+import numpy as np
+
 from streamvid.assistant import StreamingAssistant
 from streamvid.engine import EngineFull
 from streamvid.hub.errors import Busy, HubError, NotFound, Refused
@@ -262,6 +264,24 @@ class Session:
 
     def alerts(self) -> list[dict]:
         return self._transcript.alerts()
+
+    def heard(self) -> list[dict]:
+        return self._transcript.heard()
+
+    def push_audio(self, rate: int, samples) -> dict | None:
+        """Microphone sound (an int16 or float array, mono or channels last, at `rate` Hz) to the running push stream,
+        where the last sound ended; None when no push stream runs (the microphone is on before the webcam)."""
+        self.touch()
+        stream = self._stream
+        if stream is None or stream.target.kind != "push" or stream.closed or stream.sid is None:
+            return None
+        x = np.asarray(samples)
+        if x.ndim == 2:
+            x = x.mean(axis=1)
+        if x.dtype.kind == "f":
+            x = np.clip(x, -1.0, 1.0) * 32767
+        raw = np.asarray(x, dtype="<i2").tobytes()
+        return self.hub.push_audio(stream.sid, raw, "audio/pcm", int(rate))
 
     @property
     def assistant(self) -> StreamingAssistant | None:

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 
 CHAT_MESSAGES = 200  # chat messages a session keeps
 ALERTS_KEPT = 200
+HEARD_KEPT = 200  # utterances heard in the stream's sound that a session keeps (captions, timeline)
 
 
 class Stream:
@@ -59,6 +60,7 @@ class Transcript:
         self._log_start = 0  # cursor of self._log[0]
         self._chat: deque[dict] = deque(maxlen=CHAT_MESSAGES)
         self._alerts: deque[dict] = deque(maxlen=ALERTS_KEPT)
+        self._heard: deque[dict] = deque(maxlen=HEARD_KEPT)
 
     # ---- reading ----------------------------------------------------------------------------------------
     def poll(self, cursor: int) -> dict:
@@ -76,6 +78,11 @@ class Transcript:
     def alerts(self) -> list[dict]:
         with self.cond:
             return list(self._alerts)
+
+    def heard(self) -> list[dict]:
+        """The utterances heard in the stream's sound ({"type": "transcript", "t_s", "t_end_s", "text"})."""
+        with self.cond:
+            return list(self._heard)
 
     def has_entries(self) -> bool:
         """Whether anything was written to the chat or the log (with cond held)."""
@@ -137,13 +144,17 @@ class Transcript:
                     text = answer_line(item)
                     if message is not None:
                         message["content"] = text
-                    else:
+                    else:  # asked elsewhere (by voice, the API): the question first
+                        if item.get("question"):
+                            self._chat.append({"role": "user", "content": str(item["question"])})
                         self._chat.append({"role": "assistant", "content": text})
                     stream.answers[item.get("id")] = item
                     self.last_ttft_ms = item.get("ttft_ms")
                 elif kind == "alert":
                     self._alerts.append(item)
                     self._chat.append({"role": "assistant", "content": alert_line(item)})
+                elif kind == "transcript":
+                    self._heard.append(item)
                 elif kind == "say":
                     self._chat.append({"role": "assistant", "content": say_line(item)})
                 elif kind == "status":

@@ -30,12 +30,14 @@ from streamvid_app.api import (
     user_errors,
     with_session,
 )
-from streamvid_app.chat import alert_text, clock, model_name
+from streamvid_app.chat import alert_text, clock, heard_text, model_name
 from streamvid_app.inputs import VIDEO_SUFFIXES
 from streamvid_app.manager import SessionManager
 from streamvid_app.sessions import triggers_available
 
 REFRESH_S = 1.0  # how often the page's timer refreshes stats, preview, chat and timeline
+MIC_EVERY_S = 0.5  # how often the microphone's sound is sent
+CAPTIONS = 3  # the newest utterances shown under the picture
 PREVIEW_PX = 224  # smaller frames are shown enlarged (nearest neighbour) in "what the assistant sees"
 _UNSEEN = {"v": -1, "f": -1, "t": None}  # what a tab has rendered: session version, frame index, trigger ids
 
@@ -45,6 +47,7 @@ _UNSEEN = {"v": -1, "f": -1, "t": None}  # what a tab has rendered: session vers
 class _Page:
     now: gr.Markdown
     frame: gr.Image
+    captions: gr.Markdown
     stats: gr.Markdown
     chat: gr.Chatbot
     timeline: gr.HTML
@@ -66,6 +69,7 @@ def build_demo(manager: SessionManager, ask_timeout_s: float = 120.0) -> gr.Bloc
                 page_now = gr.Markdown("*Nothing is playing.*", elem_id="sv-now")
                 page_frame = gr.Image(label="What the assistant sees", interactive=False, height=240,
                                       elem_id="sv-frame")
+                page_captions = gr.Markdown(_captions_md([]), elem_id="sv-captions")
                 page_stats = gr.Markdown(elem_id="sv-stats")
             with gr.Column(scale=6):
                 chat = gr.Chatbot(label="Chat", height=380, group_consecutive_messages=False, elem_id="sv-chat")
@@ -75,7 +79,8 @@ def build_demo(manager: SessionManager, ask_timeout_s: float = 120.0) -> gr.Bloc
                     ask_btn = gr.Button("Ask", variant="primary", scale=1, elem_id="sv-ask")
                 watch = _trigger_panel(manager.config.narration.on)
                 timeline = gr.HTML(_timeline_html([], None), elem_id="sv-timeline")
-        page = _Page(page_now, page_frame, page_stats, chat, timeline, watch["list"], gr.State(_UNSEEN))
+        page = _Page(page_now, page_frame, page_captions, page_stats, chat, timeline, watch["list"],
+                     gr.State(_UNSEEN))
         _wire_inputs(manager, inputs, page, fps)
         _wire_chat(manager, question, ask_btn, page, ask_timeout_s)
         _wire_triggers(manager, watch, page)
@@ -105,6 +110,10 @@ def _inputs(manager: SessionManager) -> dict:
                               webcam_options=gr.WebcamOptions(mirror=False), label="Webcam", elem_id="sv-webcam")
             gr.Markdown(f"Record to stream frames to the assistant ({manager.config.fps:g} per second; the latest "
                         f"frame wins when the model is busy).")
+            mic = gr.Audio(sources=["microphone"], streaming=True, type="numpy", label="Microphone",
+                           elem_id="sv-mic")
+            gr.Markdown("Record the microphone too and the assistant hears what is said (captions below the "
+                        "picture); say “assistant, …” to ask it a question.")
         with gr.Tab("Upload", id="upload"):
             upload = gr.File(label=f"Video file ({', '.join(VIDEO_SUFFIXES)}; up to {policy.max_upload_mb:g} MB)",
                              file_types=list(VIDEO_SUFFIXES), type="filepath", elem_id="sv-upload")
@@ -114,8 +123,8 @@ def _inputs(manager: SessionManager) -> dict:
                              elem_id="sv-url")
             url_btn = gr.Button("Start URL", variant="primary", elem_id="sv-start-url")
     stop_btn = gr.Button("Stop", variant="stop", elem_id="sv-stop")
-    return {"clip": clip, "clip_btn": clip_btn, "webcam": webcam, "upload": upload, "upload_btn": upload_btn,
-            "url": url, "url_btn": url_btn, "stop_btn": stop_btn}
+    return {"clip": clip, "clip_btn": clip_btn, "webcam": webcam, "mic": mic, "upload": upload,
+            "upload_btn": upload_btn, "url": url, "url_btn": url_btn, "stop_btn": stop_btn}
 
 
 def _trigger_panel(narrate_default: bool) -> dict:
@@ -135,7 +144,7 @@ def _trigger_panel(narrate_default: bool) -> dict:
 
 
 def _outputs(page: _Page) -> list:
-    return [page.now, page.frame, page.stats, page.chat, page.timeline, page.triggers, page.seen]
+    return [page.now, page.frame, page.captions, page.stats, page.chat, page.timeline, page.triggers, page.seen]
 
 
 # ---- callbacks --------------------------------------------------------------------------------------------
@@ -158,6 +167,15 @@ def _wire_inputs(manager: SessionManager, inputs: dict, page: _Page, fps: float)
             s.stop()
         return _render(manager, request, _UNSEEN)
 
+    def on_mic(chunk, request: gr.Request):
+        if chunk is None:
+            return
+        rate, samples = chunk
+        try:
+            with_session(manager, request, lambda s: s.push_audio(rate, samples))
+        except USER_ERRORS as e:
+            gr.Warning(str(e))
+
     def on_webcam(image, request: gr.Request):
         if image is None:
             return
@@ -175,6 +193,8 @@ def _wire_inputs(manager: SessionManager, inputs: dict, page: _Page, fps: float)
     inputs["stop_btn"].click(stop, None, outs, **private)
     inputs["webcam"].stream(on_webcam, [inputs["webcam"]], None, stream_every=1.0 / fps, time_limit=None,
                             show_progress="hidden", **private)
+    inputs["mic"].stream(on_mic, [inputs["mic"]], None, stream_every=MIC_EVERY_S, time_limit=None,
+                         show_progress="hidden", **private)
 
 
 def _wire_chat(manager: SessionManager, question: gr.Textbox, ask_btn: gr.Button, page: _Page,
@@ -224,7 +244,7 @@ def _render(manager: SessionManager, request: gr.Request, seen: dict) -> tuple:
     """The page's live parts for this tab's session; parts that did not change since `seen` are skipped."""
     s = existing_session(manager, request)
     if s is None:
-        return ("*Nothing is playing.*", gr.skip(), _stats_md(None), gr.skip(), gr.skip(), gr.skip(), seen)
+        return ("*Nothing is playing.*", gr.skip(), gr.skip(), _stats_md(None), gr.skip(), gr.skip(), gr.skip(), seen)
     status = s.status()
     frame = s.latest_frame()
     frame_index = frame.index if frame is not None else -1
@@ -232,12 +252,14 @@ def _render(manager: SessionManager, request: gr.Request, seen: dict) -> tuple:
     changed = version != seen.get("v")
     triggers = s.triggers()
     ids = [t.get("trigger_id") for t in triggers]
+    heard = s.heard() if changed else []
     return (
         _now_md(status),
         _enlarged(frame.image) if frame is not None and frame_index != seen.get("f") else gr.skip(),
+        _captions_md(heard) if changed else gr.skip(),
         _stats_md(status),
         s.chat() if changed else gr.skip(),
-        _timeline_html(s.alerts(), status.get("t_s")) if changed else gr.skip(),
+        _timeline_html(s.alerts(), status.get("t_s"), heard) if changed else gr.skip(),
         gr.Dropdown(choices=[(f"{t.get('condition')} ({t.get('trigger_id')})", t.get("trigger_id"))
                              for t in triggers], value=ids[-1] if ids else None)
         if ids != seen.get("t") else gr.skip(),
@@ -286,13 +308,29 @@ def _stats_md(status: dict | None) -> str:
     return "| live stats | |\n|---|---|\n" + "\n".join(f"| {k} | {v} |" for k, v in rows)
 
 
-def _timeline_html(alerts: list[dict], now_s: float | None) -> str:
-    """A strip of the stream so far with one mark per alert (hover: condition, score, evidence)."""
-    span = max([now_s or 0.0, 1.0] + [a.get("t_s") or 0.0 for a in alerts])
+def _width(utterance: dict, span: float) -> float:
+    """An utterance's share of the timeline, in percent (at least a visible sliver)."""
+    return max(0.3, 100 * ((utterance.get("t_end_s") or 0.0) - (utterance.get("t_s") or 0.0)) / span)
+
+
+def _captions_md(heard: list[dict]) -> str:
+    """The newest words heard in the stream's sound, under the picture."""
+    if not heard:
+        return "*Heard: nothing yet.*"
+    return "**Heard** " + "  \n".join(html.escape(heard_text(t)) for t in heard[-CAPTIONS:])
+
+
+def _timeline_html(alerts: list[dict], now_s: float | None, heard: list[dict] = ()) -> str:
+    """A strip of the stream so far with one mark per alert (hover: condition, score, evidence) and one per
+    utterance heard (hover: its words)."""
+    span = max([now_s or 0.0, 1.0] + [a.get("t_s") or 0.0 for a in (*alerts, *heard)])
     marks = "".join(
         f'<div class="sv-mark" title="{html.escape(alert_text(a))}" style="position:absolute;'
         f'left:{100 * (a.get("t_s") or 0.0) / span:.2f}%;top:0;width:3px;height:18px;background:#e8590c"></div>'
-        for a in alerts)
+        for a in alerts) + "".join(
+        f'<div class="sv-heard" title="{html.escape(heard_text(t))}" style="position:absolute;'
+        f'left:{100 * (t.get("t_s") or 0.0) / span:.2f}%;bottom:0;width:{_width(t, span):.2f}%;'
+        f'height:6px;background:#1c7ed6"></div>' for t in heard)
     listing = "".join(f"<li>{html.escape(alert_text(a))}</li>" for a in list(alerts)[-5:][::-1])
     return (f'<div><b>Alerts</b> ({len(alerts)}) — 00:00 to {clock(span)}'
             f'<div style="position:relative;height:18px;background:#eee;border-radius:3px;margin:4px 0">'

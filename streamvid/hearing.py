@@ -34,7 +34,7 @@ class Hearing:
     def __init__(self, stream: Stream, recognizer: Recognizer):
         self.stream = stream
         self.listener = Listener(recognizer, on_utterance=stream.hear, on_heard=stream.heard,
-                                 name=f"streamvid-listen-{stream.id}")
+                                 name=f"streamvid-listen-{stream.id}", hint=stream.config.wake_word)
         self._reader: threading.Thread | None = None
         self._stop = threading.Event()
         self._pushed_end: float | None = None  # input time where the last pushed sound ended

@@ -144,3 +144,73 @@ def test_webcam_question_and_timestamped_answer_in_chromium(served, tmp_path):
                        what="the closed tab's session to end")
         finally:
             browser.close()
+
+
+def test_microphone_captions_and_a_spoken_question_in_chromium(served, tmp_path):
+    """The page's microphone (Chromium's fake capture playing a WAV) beside the webcam: what is said shows as a
+    caption under the picture, and "assistant, ..." is asked as a question whose answer comes in the chat."""
+    chromium = _chromium()
+    import subprocess
+    import wave
+
+    from playwright.sync_api import sync_playwright
+
+    from streamvid.eval.wer import words
+
+    espeak = shutil.which("espeak-ng")
+    if espeak is None:
+        if os.environ.get("STREAMVID_REQUIRE_SPEECH") == "1":
+            pytest.fail("STREAMVID_REQUIRE_SPEECH=1 but espeak-ng is not installed")
+        pytest.skip("espeak-ng is not installed")
+    url, manager = served
+    cam = write_y4m(tmp_path / "shapes.y4m", DEMO_VIDEOS / "shapes_7" / "shapes_7.mp4", seconds=60.0)
+    parts = []
+    # "hey assistant": espeak-ng's bare "assistant" is often heard as "that's it"; this one always is heard
+    for text, voice in (("where are my keys", "en-us"), ("hey assistant, how many shapes are there?", "en-us")):
+        subprocess.run([espeak, "-v", voice, "-w", str(tmp_path / "p.wav"), text], check=True, timeout=30)
+        with wave.open(str(tmp_path / "p.wav")) as w:
+            rate = w.getframerate()
+            parts.append(np.frombuffer(w.readframes(w.getnframes()), "<i2"))
+    silence = np.zeros(2 * rate, "<i2")
+    mic = tmp_path / "mic.wav"
+    with wave.open(str(mic), "wb") as w:  # 3 s of quiet (time to start both), then the two utterances
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(rate)
+        w.writeframes(np.concatenate([silence, silence[:rate], parts[0], silence, parts[1], silence,
+                                      silence]).tobytes())
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=[
+            *CHROMIUM_FLAGS, f"--use-file-for-fake-video-capture={cam}",
+            f"--use-file-for-fake-audio-capture={mic}%noloop"])
+        try:
+            context = browser.new_context(viewport={"width": 1400, "height": 1000})
+            context.grant_permissions(["camera", "microphone"], origin=url)
+            page = context.new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            page.goto(url + "/", wait_until="load")
+            page.get_by_role("tab", name="Webcam").click()
+            page.locator("#sv-webcam").get_by_text("Click to Access Webcam").click()
+            page.locator("#sv-webcam button.capture-button").click()
+            page.wait_for_function("""() => {
+                const m = document.querySelector('#sv-stats')?.innerText.match(/frames in \\/ dropped\\s+(\\d+)/);
+                return m && parseInt(m[1]) >= 2; }""")
+            page.locator("#sv-mic").get_by_role("button", name=re.compile("record", re.I)).first.click()
+            page.wait_for_function("() => /keys/i.test(document.querySelector('#sv-captions')?.innerText || '')")
+            session = manager.sessions()[0]
+
+            def spoken_answer():
+                outputs = session.poll(0)["outputs"]
+                ends = {o["t_end_s"] for o in outputs if o["type"] == "transcript"}
+                return next((o for o in outputs if o["type"] == "answer" and o["t_s"] in ends), None)
+
+            wait_until(spoken_answer, what=f"an answer to the spoken question; heard: {session.heard()}")
+            answer, heard = spoken_answer(), session.heard()
+            assert "keys" in heard[0]["text"].lower() and words(heard[-1]["text"])[:2] == ["hey", "assistant"]
+            assert answer["t_s"] == heard[-1]["t_end_s"]  # asked when the speaker stopped
+            assert words(answer["question"]) == words(heard[-1]["text"])[2:]  # the words after the wake word
+            page.wait_for_function("(q) => (document.querySelector('#sv-chat')?.innerText || '').includes(q)",
+                                   arg=answer["question"])
+            chat = page.locator("#sv-chat").inner_text()
+            assert f"[{int(answer['t_s']) // 60:02d}:{int(answer['t_s']) % 60:02d}] " in chat
+            assert page.locator("#sv-timeline .sv-heard").count() >= 1
+        finally:
+            browser.close()

@@ -33,8 +33,9 @@ QUEUE_S = 8.0  # seconds of sound queued for the thread before `feed` waits
 class Listener:
     def __init__(self, recognizer: Recognizer, on_utterance: Callable[[Utterance], None],
                  on_heard: Callable[[float], None] = lambda t: None, segmenter: Segmenter | None = None,
-                 name: str = "streamvid-listen"):
+                 name: str = "streamvid-listen", hint: str | None = None):
         self.recognizer = recognizer
+        self.hint = hint or None  # a word speakers may say (the wake word): the recogniser is told
         self.on_utterance = on_utterance
         self.on_heard = on_heard
         self.segmenter = segmenter or Segmenter()
@@ -107,7 +108,7 @@ class Listener:
     def _hear(self, speech) -> None:
         for s in speech:
             t0 = time.perf_counter()
-            text = self.recognizer.transcribe(s.samples)
+            text = self.recognizer.transcribe(s.samples, self.hint)
             self.asr_s += time.perf_counter() - t0
             if text.strip(" .,!?-"):
                 self.utterances += 1
