@@ -16,7 +16,8 @@ trigger set (see reasoning.TriggerSet); answers, tokens, alerts and narration co
 exception in this stream's work closes it and is re-raised by `outputs()` (and `stop()`). `run_simulated` steps
 the engine on the caller's thread, in stream order, for reproducible replays; it must not be mixed with `start`.
 `save(dir)` may be called from any thread, also while the engine runs (saves are serialised); `resume(dir)` makes
-a new assistant from a saved session (see session_store).
+a new assistant from a saved session (see session_store). `keep_alert_media()` keeps the frame and clip behind each
+alert from then on (alert_media.py), from any thread; best before `start`, so that the source hands over every frame.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import torch
 
 from streamvid import session_store
 from streamvid.adapters.base import VideoLLMAdapter
+from streamvid.alert_media import AlertMedia
 from streamvid.budget import Budgets, budgets
 from streamvid.config import EngineConfig
 from streamvid.embedders import embedder_name
@@ -48,6 +50,8 @@ from streamvid.types import Frame, Output, Question, Status
 __all__ = ["BusyError", "StreamingAssistant"]
 
 log = logging.getLogger(__name__)
+
+MEDIA_CLOSE_TIMEOUT_S = 30.0  # stop() waits this long at most for alert clips still being written to a folder
 
 
 class StreamingAssistant:
@@ -70,6 +74,8 @@ class StreamingAssistant:
         self.hearing: Hearing | None = None  # the stream's sound, when it has one (hearing.py)
         self._stopped = threading.Event()
         self._save_lock = threading.Lock()
+        self.alert_media: AlertMedia | None = None  # the evidence behind alerts, once keep_alert_media is called
+        self._full_frames = False  # the source hands alert_media its frames at full size (else the reader does)
 
     @property
     def memory(self) -> LongTermMemory | None:
@@ -86,6 +92,7 @@ class StreamingAssistant:
         if self._reader is not None:
             raise RuntimeError("this assistant is already running; create a new one for another stream")
         self.ingest.source = source
+        self._tap(source)
         if hasattr(source, "on_status"):  # a camera/URL reports when it drops and comes back
             source.on_status = self._source_status
         self.hearing = hearing_for(self.config, source, self.stream, replay=not getattr(source, "live", True))
@@ -109,6 +116,20 @@ class StreamingAssistant:
         k, cooldown_s (proactive.Thresholds; defaults from EngineConfig.trigger_*)."""
         self._raise_error()
         return self.stream.watch(condition, **thresholds)
+
+    def keep_alert_media(self, folder: str | Path | None = None) -> AlertMedia:
+        """From now on keep the evidence of each alert: the frame it fired on and a clip around it, at the source's
+        size (EngineConfig.alert_media: seconds before and after, MB of recent frames and of stored media). Alerts
+        then carry an "alert_id" under which `alert_media.snapshot(id)`, `.clip(id)` and `.list()` find them. In
+        RAM, or written into `folder`/<alert_id>/ (snapshot.jpg, clip.mp4, alert.json) when given; a folder that
+        holds earlier alerts (a resumed session's) lists them too and ids continue after them. Returns the store;
+        calling again returns the same one."""
+        if self.alert_media is None:
+            self.alert_media = AlertMedia.for_config(self.config, folder)
+            self.stream.on_alert = self.alert_media.record
+            if self.ingest.source is not None:
+                self._tap(self.ingest.source)
+        return self.alert_media
 
     def unwatch(self, trigger_id: str) -> bool:
         """Stop a trigger (one from `watch`, or one made from a "tell me when" question); False if none is active
@@ -141,6 +162,8 @@ class StreamingAssistant:
             self._reader.join(timeout=self.config.join_timeout_s)
         if self.hearing is not None:
             self.hearing.close()
+        if self.alert_media is not None:  # files are finished (bounded wait); media in RAM go with the stream
+            self.alert_media.close(timeout_s=MEDIA_CLOSE_TIMEOUT_S if self.alert_media.folder is not None else 0.0)
         saved = None
         try:
             if save_to is not None:  # consistent even while the scheduler commits a block (ingest's lock)
@@ -167,15 +190,19 @@ class StreamingAssistant:
     def insert(self, frame: Frame) -> None:
         """Hand one frame to the stream (waits while its inbox is full). With no scheduler thread running (no
         `start`), the caller steps the engine: `engine.run_until_idle()`."""
+        self._offer(frame)
         self.stream.insert(frame)
 
     def feed(self, frames: Iterable[Frame], finish: bool = False) -> None:
         """Insert `frames` and step the engine after each until it is idle (no scheduler thread may run); with
         `finish`, the input ends after them (the last chunk is encoded short)."""
         for frame in frames:
+            self._offer(frame)
             self.stream.insert(frame)
             self.engine.run_until_idle()
         if finish:
+            if self.alert_media is not None:
+                self.alert_media.end_input()
             self.stream.finish()
             self.engine.run_until_idle()
         self._raise_error()
@@ -201,6 +228,7 @@ class StreamingAssistant:
                          [(t, text, "watch") for t, text in watches_at], key=lambda q: q[0])
         results: list[Output] = []
         self.ingest.source = source
+        self._tap(source)
         self.hearing = hearing_for(self.config, source, self.stream, replay=True)
 
         def drain() -> None:
@@ -232,8 +260,11 @@ class StreamingAssistant:
         while (frame := source.read()) is not None:
             while pending and pending[0][0] < frame.t_s:
                 handle_next()
+            self._offer(frame)
             self.stream.insert(frame)
             drain()
+        if self.alert_media is not None:
+            self.alert_media.end_input()
         self.stream.finish()
         drain()
         while pending:
@@ -392,6 +423,7 @@ class StreamingAssistant:
             "speech_blocks": self.ingest.speech_blocks,
             "batch_fallbacks": self.engine.batch_fallbacks,  # the engine's, all its streams together
             **self.reasoning.stats(),
+            **(self.alert_media.stats() if self.alert_media is not None else {}),
             "peak_memory_mb": round(peak, 1),
             "peak_memory_kind": "cuda" if self.adapter_device_is_cuda else "host_rss",
         }
@@ -425,13 +457,33 @@ class StreamingAssistant:
                     continue  # a live source with nothing new yet
                 if frame is None:
                     break
+                self._offer(frame)
                 while not self.stream.insert(frame, timeout_s=self.config.read_timeout_s):
                     if self._stopped.is_set() or self.stream.closed:
                         return
         except BaseException as e:  # noqa: BLE001 - handed to the caller by outputs()/stop()
             self.stream.close(e)
             return
+        if self.alert_media is not None:
+            self.alert_media.end_input()
         self.stream.finish()
+
+    def _tap(self, source) -> None:
+        """With alert media kept, a source that can hand over its frames at full size does (sources.py)."""
+        if self.alert_media is not None and hasattr(source, "on_full_frame"):
+            source.on_full_frame = self._full_frame
+            self._full_frames = True
+
+    def _full_frame(self, frame: Frame) -> None:
+        """A frame for alert_media, at the source's size, on the session's clock (the source's thread)."""
+        if (media := self.alert_media) is not None:
+            offset = self.ingest.t_offset_s
+            media.put(dataclasses.replace(frame, t_s=frame.t_s + offset) if offset else frame)
+
+    def _offer(self, frame: Frame) -> None:
+        """A frame read or inserted: alert_media's too when its source does not hand over full-size frames."""
+        if self.alert_media is not None and not self._full_frames:
+            self._full_frame(frame)
 
     def _source_status(self, event: str, t_s: float, info: dict) -> None:
         """On the source's reader thread: {"type": "status", "event": "source_lost" | "source_back", "t_s", ...}

@@ -2,6 +2,7 @@
 
     streamvid run VIDEO|URL|cam:N [--model M] [--ask T:QUESTION]... [--watch T:CONDITION]... [--narrate]
                   [--fps F] [--realtime] [--window-tokens N] [--memory-top-k K] [--session DIR [--autosave-s S]]
+                  [--alert-media DIR]
     streamvid demo [--model M] [--video V] [--host 127.0.0.1] [--port 7860] [--auth USER:PASS]
     streamvid score EPISODES.jsonl... [--model M] [--out DIR] [--mode native|replay] [--resume] [--from-trace TRACE]
                     [--memory-top-k K] [--no-plots] [--ray [ADDRESS]] [--ray-workers N] [--judge MODEL]
@@ -14,7 +15,8 @@
 
 `run` prints one JSON object per line on stdout, in stream-time order: {"type": "answer", ...} per question (for
 "Tell me when ..." an acknowledgement at T), {"type": "alert", "trigger_id", "condition", "t_s", "score",
-"evidence_t_s", "text"} when a trigger fires, {"type": "say", "t_s", "text"} with --narrate, then
+"evidence_t_s", "text"} when a trigger fires (with --alert-media also "alert_id", "snapshot" and "clip": the
+files of its frame and clip), {"type": "say", "t_s", "text"} with --narrate, then
 {"type": "stats"}. On a file without --realtime every frame is ingested as fast as possible, a question at T is
 answered from exactly the frames up to T, and triggers are probed after every chunk: the output is reproducible.
 Errors go to stderr as one line, with a non-zero exit code; `--debug` adds the traceback. Ctrl-C (or SIGTERM) on a
@@ -139,6 +141,8 @@ def _run(args: argparse.Namespace, cfg, asks: list[tuple[float, str]], watches: 
 
     resumed = args.session is not None and session_store.has_session(args.session)
     sa = StreamingAssistant.resume(args.session, cfg) if resumed else StreamingAssistant(cfg)
+    if args.alert_media is not None:
+        sa.keep_alert_media(args.alert_media)
     autosaver = None
     interrupted = False
     saved = None
@@ -154,8 +158,11 @@ def _run(args: argparse.Namespace, cfg, asks: list[tuple[float, str]], watches: 
             source = open_source(args.video, fps=cfg.fps, realtime=args.realtime, size=cfg.frame_px)
             _log_budgets(sa, args.video)
             if not source.live:
-                for out in sa.run_simulated(source, asks, watches_at=watches):
-                    _print(out.to_json())
+                outs = sa.run_simulated(source, asks, watches_at=watches)
+                if sa.alert_media is not None:  # the files exist when their lines are printed
+                    sa.alert_media.flush()
+                for out in outs:
+                    _print(_line(sa, out))
             else:
                 _run_live(sa, source, asks, watches)
         except KeyboardInterrupt:
@@ -194,7 +201,16 @@ def _run_live(sa, source, asks: list[tuple[float, str]], watches: list[tuple[flo
             if out.kind == "answer":
                 answered += 1
             if out.kind in ("answer", "alert", "say", "status", "transcript"):
-                _print(out.to_json())
+                _print(_line(sa, out))
+
+
+def _line(sa, out) -> dict:
+    """An output's JSON line; an alert's names its snapshot and clip files with --alert-media (the clip's is
+    written once the seconds after the alert have arrived)."""
+    line = out.to_json()
+    if out.kind == "alert" and sa.alert_media is not None and out.alert_id is not None:
+        line.update(sa.alert_media.files(out.alert_id))
+    return line
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -312,6 +328,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="resume the session saved in DIR (if any) and save it there on exit")
     r.add_argument("--autosave-s", type=_positive, default=None, metavar="S",
                    help="with --session: also save every S seconds (a crash loses at most S seconds)")
+    r.add_argument("--alert-media", type=Path, default=None, metavar="DIR",
+                   help="write each alert's frame and a clip around it to DIR/<alert_id>/snapshot.jpg and clip.mp4, "
+                        "named in the alert line (--alert-media-before-s, --alert-media-after-s set the clip)")
     add_engine_args(r)
     r.set_defaults(func=cmd_run)
 

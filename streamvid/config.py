@@ -1,4 +1,5 @@
-"""Engine configuration: frozen sections (window, memory, generation, triggers, narration, scheduler) under one
+"""Engine configuration: frozen sections (window, memory, generation, triggers, narration, alert media, scheduler)
+under one
 frozen EngineConfig, units in the names, validated on construction.
 
 Every setting has one flat name, used everywhere outside this module: the command-line flag (`memory_top_k` is
@@ -178,6 +179,24 @@ class NarrationConfig(_Section):
 
 
 @dataclass(frozen=True)
+class AlertMediaConfig(_Section):
+    """What a stream that keeps alert media (StreamingAssistant.keep_alert_media; `streamvid run --alert-media DIR`)
+    keeps of each alert: the frame it fired on and a clip around it, from a ring of recent frames at the source's own
+    size (alert_media.py; docs/speaking-up.md)."""
+
+    before_s: float = opt(10.0, "alert_media_before_s", "seconds of video an alert's clip holds before the alert",
+                          "non_negative", metavar="S")
+    after_s: float = opt(4.0, "alert_media_after_s", "seconds of video an alert's clip holds after the alert (the "
+                                                     "clip is ready once they have arrived)", "non_negative",
+                         metavar="S")
+    ring_mb: float = opt(192.0, "alert_ring_mb", "recent frames kept at the source's size for alert snapshots and "
+                                                 "clips, in MB per stream (the oldest go first)", "positive",
+                         metavar="MB")
+    store_mb: float = opt(256.0, "alert_media_mb", "snapshots and clips kept per stream, in MB (the oldest alerts' "
+                                                   "media are dropped first)", "positive", metavar="MB")
+
+
+@dataclass(frozen=True)
 class SchedulerConfig(_Section):
     """The engine (engine.py): the streams it serves, the work one batched forward takes, and its caps."""
 
@@ -203,7 +222,8 @@ class SchedulerConfig(_Section):
 class EngineConfig(_Section):
     """The model, its placement, the frames, and one instance of each section."""
 
-    SECTIONS: ClassVar[tuple[str, ...]] = ("window", "memory", "generation", "triggers", "narration", "scheduler")
+    SECTIONS: ClassVar[tuple[str, ...]] = ("window", "memory", "generation", "triggers", "narration", "alert_media",
+                                           "scheduler")
 
     model: str = opt(str(BUNDLED_MODEL), "model")  # HF id or local checkpoint directory (each command's own flag)
     device: str = opt("auto", "device", "auto (CUDA when there is a GPU), cpu, cuda, cuda:N", metavar="DEVICE")
@@ -230,6 +250,7 @@ class EngineConfig(_Section):
     generation: GenerationConfig = field(default_factory=GenerationConfig)
     triggers: TriggerConfig = field(default_factory=TriggerConfig)
     narration: NarrationConfig = field(default_factory=NarrationConfig)
+    alert_media: AlertMediaConfig = field(default_factory=AlertMediaConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
 
     def __post_init__(self):

@@ -5,7 +5,8 @@
         ...
 
 Images are (H, W, 3) uint8 RGB, converted (and resized when `size` is given) by PyAV right after decoding, on the
-decoding thread, in one swscale pass; frames the sampler skips are never converted.
+decoding thread, in one swscale pass; frames the sampler skips are never converted. A `FullFrames` tap also hands each
+sampled frame at the source's own size to a consumer, converted only while one is set (alert_media.py keeps them).
 """
 
 from __future__ import annotations
@@ -35,6 +36,35 @@ class Sampler:
         # Past a gap in the stream, jump to the first grid point after t_s instead of catching up.
         self._k = max(self._k + 1, math.floor(t_s / self._period_s + GRID_EPS_S) + 1)
         return True
+
+
+class FullFrames:
+    """A tap for each sampled frame at its source's own size (the frames a stream sees may be resized).
+
+    `to` (set from any thread; None: nobody) is the consumer. While it is set, `decode_frames` converts each sampled
+    frame a second time, at full size, and `keep`s it; the source then `hand`s it over with the frame's final time
+    and index, on the decoding thread. Frames the sampler skips are never converted; with `to` unset nothing more
+    is done than reading one attribute per sampled frame. One decoding thread.
+    """
+
+    def __init__(self) -> None:
+        self.to: Callable[[Frame], None] | None = None
+        self._image: np.ndarray | None = None
+
+    def keep(self, image: np.ndarray) -> None:
+        self._image = image
+
+    def hand(self, frame: Frame, image: np.ndarray | None = None) -> None:
+        """`frame` at full size (`image`, or the one kept while decoding it) to the consumer, if one is set."""
+        to, image, self._image = self.to, self._image if image is None else image, None
+        if to is not None and image is not None:
+            to(Frame(image=image, t_s=frame.t_s, index=frame.index))
+
+    def through(self, frames: Iterator[Frame], same_size: bool = False) -> Iterator[Frame]:
+        """`frames`, each handed over on the way (`same_size`: the frames are the source's own size already)."""
+        for frame in frames:
+            self.hand(frame, frame.image if same_size else None)
+            yield frame
 
 
 class FrameTooLarge(ValueError):
@@ -90,7 +120,8 @@ def to_rgb(frame: av.VideoFrame, size: int | None) -> np.ndarray:
 def decode_frames(container, fps: float, size: int | None, name: str, origin_s: float | None = None,
                   end_s: float | None = None, clock: Callable[[], float] = time.monotonic,
                   max_frame_pixels: int | None = None,
-                  on_audio: Callable[[float, av.AudioFrame], None] | None = None) -> Iterator[Frame]:
+                  on_audio: Callable[[float, av.AudioFrame], None] | None = None,
+                  full: FullFrames | None = None) -> Iterator[Frame]:
     """Sampled RGB frames of the first video stream of an open container (which the caller closes).
 
     Stream time is the frame's pts in seconds minus `origin_s`, or minus the first frame's pts when
@@ -99,6 +130,9 @@ def decode_frames(container, fps: float, size: int | None, name: str, origin_s: 
     A sampled frame is converted (and resized) on this thread right after it is decoded; the others never are.
     `on_audio(t_s, frame)`: the first audio stream is demuxed beside the video and each of its decoded frames
     handed over with its time on the same clock (from the origin on).
+    `full`: while its consumer is set, each sampled frame is also converted at its own size and kept on it, for the
+    source to hand over (FullFrames.hand) with the frame's final time; the yielded frame is that same array when
+    `size` is None.
     """
     stream = container.streams.video[0]
     audio = container.streams.audio[0] if on_audio is not None and container.streams.audio else None
@@ -124,7 +158,14 @@ def decode_frames(container, fps: float, size: int | None, name: str, origin_s: 
             if end_s is not None and t_s >= end_s - GRID_EPS_S:
                 return
             if sampler.take(t_s):
-                yield Frame(image=to_rgb(frame, size), t_s=max(t_s, 0.0), index=index)
+                if full is not None and full.to is not None:
+                    image = to_rgb(frame, None)
+                    full.keep(image)
+                    if size is not None:
+                        image = to_rgb(frame, size)
+                else:
+                    image = to_rgb(frame, size)
+                yield Frame(image=image, t_s=max(t_s, 0.0), index=index)
                 index += 1
     except (av.error.FFmpegError, OSError) as e:  # (a frame above max_pixels fails in the decoder)
         raise ValueError(f"cannot decode {name}: {e}") from e

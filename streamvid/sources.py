@@ -15,6 +15,11 @@ the next grid point (frames skipped this way are sampling, not drops). `Frame.in
 Images are (H, W, 3) uint8 RGB, converted (and resized when `size` is given) by PyAV right after decoding,
 never by hand (streamvid.decoding). Files and URLs may be held to a frame-size cap (`max_frame_pixels`), URLs to
 public hosts (`guard`, streamvid.net_policy).
+
+Every source can also hand each sampled frame at its own size, before any resize, to `on_full_frame` (a callable
+taking a Frame, set before frames flow; None by default: no second conversion). It is called on the thread that
+decodes or pushes (the reader thread of a live source, the consumer's for replay), before the frame is readable,
+and sees every sampled frame, also those a live source drops later (alert_media.py keeps them).
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from streamvid.audio.pcm import RATE, AudioChunk, Resampler, file_audio
-from streamvid.decoding import Sampler, decode_frames, open_container
+from streamvid.decoding import FullFrames, Sampler, decode_frames, open_container
 from streamvid.types import Frame
 
 if TYPE_CHECKING:
@@ -210,9 +215,19 @@ class _Source:
 
     live: bool
     _impl: _Replay | _Pump | _LatestSlot
+    _full: FullFrames
 
     def read(self, timeout_s: float = 1.0) -> Frame | None:
         return self._impl.read(timeout_s)
+
+    @property
+    def on_full_frame(self) -> Callable[[Frame], None] | None:
+        """The consumer of each sampled frame at the source's own size (see the module's docstring); None: none."""
+        return self._full.to
+
+    @on_full_frame.setter
+    def on_full_frame(self, consumer: Callable[[Frame], None] | None) -> None:
+        self._full.to = consumer
 
     @property
     def dropped(self) -> int:
@@ -249,7 +264,9 @@ class FileSource(_Source):
             container.seek(int(origin_s / stream.time_base), stream=stream)  # lands on a keyframe at or before
         end_s = None if t_end_s is None else t_end_s - t_start_s
         self._sound = (origin_s, end_s) if container.streams.audio else None
-        frames = decode_frames(container, fps, size, self.path, origin_s, end_s, max_frame_pixels=max_frame_pixels)
+        self._full = FullFrames()
+        frames = self._full.through(decode_frames(container, fps, size, self.path, origin_s, end_s,
+                                                  max_frame_pixels=max_frame_pixels, full=self._full))
         if realtime:  # the reader thread closes the container when it ends
             self._impl = _Pump(frames, self.path, pace=True, on_exit=container.close)
         else:
@@ -320,6 +337,7 @@ class LiveSource(_Source):
         self._format, self._options = format, dict(options or {})
         self._halt = threading.Event()
         self._clock, self._sleep = clock, sleep or self._halt.wait
+        self._full = FullFrames()
         self._container = self._connect()
         self.finite = self._container.duration is not None
         self._sound = LiveSound() if self._container.streams.audio else None
@@ -327,9 +345,9 @@ class LiveSource(_Source):
         self.outages = 0  # times the stream was lost
         self.lost_s = 0.0  # stream seconds without frames because of outages (up to the last "source_back")
         on_audio = self._sound.put if self._sound is not None else None
-        frames = self._reconnecting(fps, size) if reconnect else decode_frames(
+        frames = self._reconnecting(fps, size) if reconnect else self._full.through(decode_frames(
             self._container, fps, size, self.name, clock=clock, max_frame_pixels=max_frame_pixels,
-            on_audio=on_audio)
+            on_audio=on_audio, full=self._full))
         self._impl = _Pump(frames, self.name, pace=False, on_exit=self._exit)
 
     def _exit(self) -> None:
@@ -381,7 +399,8 @@ class LiveSource(_Source):
                 on_audio = None if self._sound is None else (
                     lambda t, f, base=base_t_s: self._sound.put(base + t, f))
                 for frame in decode_frames(self._container, fps, size, self.name, clock=self._clock,
-                                           max_frame_pixels=self.max_frame_pixels, on_audio=on_audio):
+                                           max_frame_pixels=self.max_frame_pixels, on_audio=on_audio,
+                                           full=self._full):
                     if lost_t_s is not None:  # the first frame after an outage: the stream is back
                         back_t_s = now_t_s()
                         self.lost_s += back_t_s - lost_t_s
@@ -389,6 +408,7 @@ class LiveSource(_Source):
                         self._status("source_back", back_t_s, {"gap_s": round(back_t_s - lost_t_s, 3)})
                         lost_t_s = None
                     last = Frame(frame.image, base_t_s + frame.t_s, base_index + frame.index)
+                    self._full.hand(last)
                     last_wall_s = self._clock()
                     span = (span[0] if span else last.t_s, last.t_s)
                     yield last
@@ -480,6 +500,7 @@ class PushSource(_Source):
         if max_age_s is not None and max_age_s <= 0:
             raise ValueError(f"max_age_s must be > 0 or None, got {max_age_s}")
         self._impl = _LatestSlot("push source", max_age_s)
+        self._full = FullFrames()
         self._lock = threading.Lock()  # guards the sampler, the index and the first push time
         self._sampler = Sampler(fps)
         self._index = 0
@@ -497,6 +518,7 @@ class PushSource(_Source):
                 return
             frame = Frame(image=image.copy(), t_s=t_s, index=self._index)
             self._index += 1
+            self._full.hand(frame, frame.image)
             self._impl.put(frame)
 
 
@@ -511,5 +533,7 @@ class SyntheticSource(_Source):
                  live: bool = False) -> None:
         _check_fps_size(fps, None)
         self.live = live
-        frames = (Frame(image=make_frame(i, i / fps), t_s=i / fps, index=i) for i in range(n_frames))
+        self._full = FullFrames()
+        frames = self._full.through((Frame(image=make_frame(i, i / fps), t_s=i / fps, index=i)
+                                     for i in range(n_frames)), same_size=True)
         self._impl = _Pump(frames, "synthetic source", pace=True) if live else _Replay(frames)

@@ -18,12 +18,13 @@ Thread contract: `insert`, `finish`, `hear`, `heard`, `ask`, `put`, `watch`, `sc
 properties from
 any thread; the scheduler section from the engine's scheduler thread only (or the caller's thread when it steps
 the engine itself, as a replay does). `on_work` (set by the engine) is called after anything that gives the
-scheduler work.
+scheduler work; `on_alert` (set by alert_media's keeper) sees each alert before it goes out, and gives its id.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import queue
 import threading
 import time
@@ -44,8 +45,11 @@ from streamvid.memory import LongTermMemory
 from streamvid.proactive import FiringRule
 from streamvid.reasoning import Answering, Reasoning, Trigger
 from streamvid.speech_triggers import heard_condition
-from streamvid.types import Frame, Output, Question, Status, Transcript, Utterance
+from streamvid.types import Alert, Frame, Output, Question, Status, Transcript, Utterance
 from streamvid.wake_word import addressed
+
+
+log = logging.getLogger(__name__)
 
 
 class BusyError(RuntimeError):
@@ -84,6 +88,8 @@ class Stream:
         self.reasoning = Reasoning(config, adapter, self.window, self.memory, embedder)
         self.outputs: queue.Queue[Output] = queue.Queue()
         self.on_work: Callable[[], None] = lambda: None
+        # each alert passes through it before it goes out (scheduler's thread): alert_media.AlertMedia.record
+        self.on_alert: Callable[[Alert], Alert] | None = None
         self.decoding: Decoding | None = None  # the answer or narration look being decoded (scheduler's)
         self._lock = threading.Condition()  # guards the inbox, the questions, and the flags below
         self._inbox: deque[Frame] = deque()
@@ -311,4 +317,9 @@ class Stream:
         self.released = False
 
     def emit(self, out: Output) -> None:
+        if out.kind == "alert" and self.on_alert is not None:
+            try:
+                out = self.on_alert(out)
+            except Exception as e:  # noqa: BLE001 - the alert goes out whatever keeping its evidence did
+                log.warning("alert %s at %s s: its evidence was not kept: %r", out.id, out.t_s, e)
         self.outputs.put(out)

@@ -133,11 +133,12 @@ class ProbeResult(Output):
 @dataclass(frozen=True)
 class Alert(Output):
     """A trigger fired (`id`: the trigger's id, "trigger_id" in the JSON; `text`: its statement; `heard`: the
-    words of the utterance a speech trigger fired on)."""
+    words of the utterance a speech trigger fired on; `alert_id`: its id on a stream that keeps alert media, "a0",
+    "a1", ..., under which its snapshot and clip are found (alert_media.py))."""
 
     kind: ClassVar[str] = "alert"
     _json_names: ClassVar[dict[str, str]] = {"id": "trigger_id"}
-    _optional: ClassVar[tuple[str, ...]] = ("heard",)
+    _optional: ClassVar[tuple[str, ...]] = ("heard", "alert_id")
     id: str
     condition: str
     t_s: float
@@ -145,6 +146,7 @@ class Alert(Output):
     evidence_t_s: list
     text: str
     heard: str | None = None
+    alert_id: str | None = None
 
 
 @dataclass(frozen=True)
