@@ -1,6 +1,7 @@
 """Command line.
 
-    streamvid run VIDEO|URL|cam:N [--model M] [--ask T:QUESTION]... [--watch T:CONDITION]... [--narrate]
+    streamvid run VIDEO|URL|cam:N [--model M] [--ask T:QUESTION]... [--ask-audio T:FILE.wav]...
+                  [--watch T:CONDITION]... [--narrate]
                   [--fps F] [--realtime] [--window-tokens N] [--memory-top-k K] [--session DIR [--autosave-s S]]
                   [--alert-media DIR]
     streamvid demo [--model M] [--video V] [--host 127.0.0.1] [--port 7860] [--auth USER:PASS]
@@ -91,6 +92,44 @@ def _watch(spec: str) -> tuple[float, str]:
         raise argparse.ArgumentTypeError(f"expected T:CONDITION with T in seconds >= 0, got {spec[:80]!r}") from None
 
 
+def _ask_audio(spec: str) -> tuple[float, Path]:
+    t, sep, path = spec.partition(":")
+    try:
+        t_s = float(t)
+    except ValueError:
+        t_s = -1.0
+    if not sep or not path.strip() or not 0 <= t_s < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected T:FILE.wav with T in seconds >= 0, got {spec[:80]!r}")
+    if not Path(path).is_file():
+        raise argparse.ArgumentTypeError(f"no such file: {path[:200]!r}")
+    return t_s, Path(path)
+
+
+def spoken_questions(items: list[tuple[float, Path]], cfg) -> list[tuple[float, str]]:
+    """Recorded questions (WAV files) as (T, the words heard), with the stream's recogniser; a leading wake word is
+    left out. ValueError (one line) for a file that is not a WAV or in which no words are heard."""
+    from streamvid.audio.asr import load_recognizer
+    from streamvid.audio.pcm import wav_samples
+    from streamvid.hearing import asr_device
+    from streamvid.wake_word import addressed
+
+    if not items:
+        return []
+    recognizer = load_recognizer(cfg.asr, asr_device(cfg))
+    out = []
+    for t_s, path in items:
+        try:
+            samples = wav_samples(path.read_bytes())
+        except ValueError as e:
+            raise ValueError(f"--ask-audio {path}: {e}") from None
+        text = recognizer.transcribe(samples, cfg.wake_word)
+        text = addressed(text, cfg.wake_word) or text
+        if not text.strip(" .,!?-"):
+            raise ValueError(f"--ask-audio {path}: no words were heard in it")
+        out.append((t_s, text))
+    return out
+
+
 def _video(spec: str) -> str:
     """A bundled demo clip's name ("shapes_7") stands for its file, unless a file of that name is here."""
     from streamvid import assets
@@ -118,7 +157,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     offline_if_local(args.model, embedder_checkpoint(args))
     cfg = engine_config(args)
     check_model(cfg.model)
-    asks = sorted(args.ask, key=lambda a: a[0])
+    asks = sorted(args.ask + spoken_questions(args.ask_audio, cfg), key=lambda a: a[0])
     watches = sorted(args.watch, key=lambda a: a[0])
     t0 = time.perf_counter()
     from streamvid import session_store
@@ -321,6 +360,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("video", type=_video, help="video file, URL (rtsp/http), cam:N, or a demo clip's name (shapes_7)")
     r.add_argument("--ask", action="append", type=parse_ask, default=[], metavar="T:QUESTION",
                    help='a question at stream time T; "T:Tell me when ..." is acknowledged at T and alerts later')
+    r.add_argument("--ask-audio", action="append", type=_ask_audio, default=[], metavar="T:FILE.wav",
+                   help="a recorded question at stream time T: the words heard in the WAV (with --asr) are asked")
     r.add_argument("--watch", action="append", type=_watch, default=[], metavar="T:CONDITION",
                    help='a standing trigger from stream time T, e.g. "0:a blue star" (an alert each time it holds)')
     r.add_argument("--realtime", action="store_true", help="pace a file to the wall clock (live semantics)")

@@ -453,3 +453,21 @@ def test_an_hf_speech_recogniser_from_a_directory(tmp_path):
     reference = pipeline("automatic-speech-recognition", model=str(out), device="cpu")(
         {"raw": x, "sampling_rate": RATE})["text"]
     assert load_recognizer(str(out)).transcribe(x) == " ".join(reference.split())
+
+
+def test_run_asks_a_recorded_question(tmp_path):
+    x = _spoken(tmp_path, "what colour is the star?")
+    wav = tmp_path / "q.wav"
+    with wave.open(str(wav), "wb") as w:
+        w.setnchannels(1), w.setsampwidth(2), w.setframerate(RATE)
+        w.writeframes((x * 32767).astype("<i2").tobytes())
+    proc, lines = _run("shapes_7", "--ask-audio", f"20:{wav}", "--audio", "off")
+    assert proc.returncode == 0, proc.stderr
+    answer = next(o for o in lines if o["type"] == "answer")
+    assert words(answer["question"])[:2] == ["what", "color"] or words(answer["question"])[:2] == ["what", "colour"]
+    assert answer["t_s"] == 20.0
+    proc, lines = _run("shapes_7", "--ask-audio", f"20:{tmp_path / 'none.wav'}")
+    assert proc.returncode == 2 and "no such file" in proc.stderr.strip().splitlines()[-1]
+    (tmp_path / "bad.wav").write_bytes(b"RIFF....not a wav")
+    proc, lines = _run("shapes_7", "--ask-audio", f"20:{tmp_path / 'bad.wav'}")
+    assert proc.returncode == 2 and "not a WAV file" in proc.stderr.strip().splitlines()[-1]
