@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from streamvid import user_text
 from streamvid.adapters.row_by_row import RowByRow
 from streamvid.assistant import BusyError, StreamingAssistant
-from streamvid.cli import parse_ask, main
+from streamvid.cli import main
+from streamvid.cli_run import parse_ask
 from streamvid.config import SETTINGS, EngineConfig
 from streamvid.eval.score import load_episodes
 from streamvid.reasoning import stream_times
