@@ -14,6 +14,7 @@ clients.
     hub.py              the streams: open (source policy, session folders, URL opening), frames, questions,
                         watches, status, close, idle reaping
     fanout.py           a stream's one consumer of its outputs, offered to every reader
+    alert_access.py     the snapshot and clip behind each alert, recent frames an answer cites
     subscriber.py       one reader's bounded queue
     stream.py           one stream's state, and the tap that keeps the last frame read
     registry.py         entries by key with per-client caps and idle reaping (the streams; the page's tabs)

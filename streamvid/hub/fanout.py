@@ -6,8 +6,11 @@ assistant's `outputs()`, each output as the JSON object `streamvid run` prints, 
     run(s, webhooks, fail_open_late)      # the thread's body, until the stream stops
 
 A subscriber's queue is bounded (subscriber.py): a slow one loses its oldest items and never holds up the others or
-the engine. The listener (a web page's transcript) is called on this thread. Thread contract: `publish` and
-`deliver` from any thread (they take the stream's lock only to copy its readers).
+the engine. The listener (a web page's transcript) is called on this thread. An alert or answer carries the URLs of
+its media when the stream keeps them and the hub has `links` (alert_access.annotate); the webhooks get each alert
+with a function that gives its thumbnail (`offer(alert, thumbnail=...)`), called on their own thread.
+
+Thread contract: `publish` and `deliver` from any thread (they take the stream's lock only to copy its readers).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from streamvid.hub.alert_access import annotate
 from streamvid.hub.shown import finite, redact
 from streamvid.hub.stream import HubStream
 
@@ -49,12 +53,15 @@ def deliver(s: HubStream, out, webhooks) -> None:
     if out.kind == "token":
         publish(s, {"type": "answer.delta", "id": out.id, "text": out.text}, delta=True)
         return
-    obj = finite(out.to_json())
+    obj = annotate(s, finite(out.to_json()))
     if out.kind == "status":  # a live source's loss and return: its reason may name the URL
         obj = {k: redact(v) for k, v in obj.items()}
     publish(s, obj)
     if out.kind == "alert" and webhooks is not None:
-        webhooks.offer({**obj, "stream_id": s.id})
+        alert_id, media = obj.get("alert_id"), getattr(s.sa, "alert_media", None)
+        thumbnail = (None if alert_id is None or media is None
+                     else lambda max_px, timeout_s: media.thumbnail(alert_id, max_px, timeout_s))
+        webhooks.offer({**obj, "stream_id": s.id}, thumbnail=thumbnail)
 
 
 def publish(s: HubStream, obj: dict, delta: bool = False) -> None:

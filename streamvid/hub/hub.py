@@ -48,7 +48,8 @@ from pathlib import Path
 
 from streamvid.assistant import BusyError, StreamingAssistant
 from streamvid.engine import EngineFull
-from streamvid.hub import fanout, images, sound, validation
+from streamvid.hub import alert_access, fanout, images, sound, validation
+from streamvid.hub.alert_access import AlertAccess
 from streamvid.hub.errors import (Busy, Conflict, HubError, NotFound, Refused, StreamFailed, Timeout)
 from streamvid.hub.opening import OpenPool
 from streamvid.hub.options import HubOptions
@@ -63,13 +64,15 @@ from streamvid.user_text import clean
 
 log = logging.getLogger(__name__)
 
-class Hub:
+class Hub(AlertAccess):
     """The streams of one engine by id; ids start with `prefix` (a replica's, under Ray) and end with `tag(id)` when
-    a `tag` is given (under Ray a MAC, so that the ingress can tell an id no replica issued)."""
+    a `tag` is given (under Ray a MAC, so that the ingress can tell an id no replica issued). `links(sid, obj)`:
+    the transport's URLs for an alert's media or an answer's evidence frame (alert_access.py), or None."""
 
     def __init__(self, engine, options: HubOptions | None = None, prefix: str = "vs-", webhooks=None,
-                 clock: Callable[[], float] = time.monotonic, tag: Callable[[str], str] | None = None):
-        self.engine, self.clock, self.tag, self.prefix = engine, clock, tag, prefix
+                 clock: Callable[[], float] = time.monotonic, tag: Callable[[str], str] | None = None,
+                 links: Callable[[str, dict], dict] | None = None):
+        self.engine, self.clock, self.tag, self.prefix, self.links = engine, clock, tag, prefix, links
         self.config = engine.config
         self.options = options or HubOptions()
         self.webhooks = webhooks  # a webhooks sender with offer(alert) and close(), or None
@@ -122,6 +125,7 @@ class Hub:
                           else StreamingAssistant(config, engine=self.engine))
             except EngineFull as e:
                 raise Busy(str(e)) from None
+            alert_access.keep(sa, session, self.options.alert_media)
             s = self._new(sa, target, fps, session, client, listener)
             if target.kind == "url":
                 s.opening, s.started, s.open_deadline = True, False, called_s + timeout
@@ -162,7 +166,7 @@ class Hub:
         if self.tag is not None:
             sid += self.tag(sid)
         return HubStream(sid, sa, target.kind, redact(target.label), fps, int(time.time()), client=client,
-                         session=session, listener=listener)
+                         session=session, listener=listener, links=self.links)
 
     def _add(self, s: HubStream) -> dict:
         """List the stream (Busy past the caps) and start its fan-out thread; its info."""

@@ -33,10 +33,16 @@ def media_type(content_type: str | None) -> str:
     return IMAGE_TYPES[kind]
 
 
+_process_cap = 0  # the largest cap any server of this process asked for (PIL's limit is one per process)
+
+
 def cap_decoded_pixels(max_pixels: int) -> None:
     """Make PIL refuse (DecompressionBombError) any image above `max_pixels` as soon as its header is read,
-    wherever it is opened in this process (the web framework decodes webcam frames itself)."""
-    Image.MAX_IMAGE_PIXELS = max(1, max_pixels // 2)  # PIL errors above twice this value, warns above it
+    wherever it is opened in this process (the web framework decodes webcam frames itself). With several servers
+    in one process the largest cap is PIL's, and each server's own check (`check_size`) refuses above its own."""
+    global _process_cap
+    _process_cap = max(_process_cap, max(1, max_pixels // 2))  # PIL errors above twice this value, warns above it
+    Image.MAX_IMAGE_PIXELS = _process_cap
 
 
 def decode(data: bytes, content_type: str | None, max_pixels: int = DEFAULT_MAX_PIXELS,

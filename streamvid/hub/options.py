@@ -26,6 +26,7 @@ class HubOptions:
     subscriber_queue: int = 1024  # items one subscriber may be behind before it loses the oldest
     stream_idle_timeout_s: float | None = 600.0  # a stream without frames, questions or reads this long is closed
     session_save_s: float | None = 60.0  # a stream with a session_dir is saved this often (and when it closes)
+    alert_media: bool = True  # every stream keeps the frame and clip behind its alerts (alert_access.py)
 
     def policy(self, frame_px: int | None = None, **more) -> SourcePolicy:
         """The source policy of these options (frames resized to `frame_px`); `more`: other SourcePolicy fields

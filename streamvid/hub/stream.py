@@ -22,7 +22,8 @@ class FrameTap:
     """A FrameSource that forwards another and keeps the last frame read (`last`: a page's preview).
 
     Thread contract: `read` from the stream's reader thread only; `last` from any thread; everything else as the
-    wrapped source allows (a camera's `on_status`, `outages` and `lost_s` pass through)."""
+    wrapped source allows (a camera's `on_status`, `outages` and `lost_s`, and `on_full_frame`, through which a
+    source hands alert media its frames at their own size, pass through)."""
 
     def __init__(self, inner):
         self.inner = inner
@@ -45,7 +46,7 @@ class FrameTap:
         return getattr(self.inner, name)
 
     def __setattr__(self, name: str, value) -> None:
-        if name == "on_status":
+        if name in ("on_status", "on_full_frame"):  # the source calls them: set on the source itself
             setattr(self.inner, name, value)
         else:
             super().__setattr__(name, value)
@@ -66,6 +67,7 @@ class HubStream:
     push: object | None = None  # the PushSource of a push stream
     tap: FrameTap | None = None  # its source, as its assistant reads it
     listener: Callable[[dict], None] | None = None  # called with every output, on the fan-out thread
+    links: Callable[[str, dict], dict] | None = None  # the transport's URLs for an alert or answer (alert_access.py)
     error: str | None = None
     session: StreamSession | None = None  # its session folder
     last_active_s: float = 0.0  # hub clock of the last request about it

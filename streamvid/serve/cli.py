@@ -2,7 +2,8 @@
 one engine, or over R engines on Ray Serve.
 
     streamvid serve [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--model M] [--allow-dir DIR]...
-                    [--alert-webhook URL]... [--stream-idle-timeout-s 600] [--session-save-s 60]
+                    [--alert-webhook URL]... [--webhook-thumbnails] [--no-alert-media] [--stream-idle-timeout-s 600]
+                    [--session-save-s 60]
                     [--source-open-timeout-s 10] [--allowed-host NAME]... [--cors-origin ORIGIN]...
                     [--max-json-mb 1] [--request-timeout-s 30] [--max-connections 256] [--ui]
                     [--ray [ADDRESS] --replicas R [--max-replicas N --streams-per-replica S]] [engine flags]
@@ -54,6 +55,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="a chat completion waits this long for its answer (then 504)")
     s.add_argument("--alert-webhook", action="append", default=[], metavar="URL",
                    help="POST every alert as JSON to URL (repeatable; retried with backoff, never blocks the engine)")
+    s.add_argument("--webhook-thumbnails", action="store_true",
+                   help="send each alert to the webhooks with a small base64 JPEG of its snapshot (\"thumbnail\")")
+    s.add_argument("--no-alert-media", action="store_true",
+                   help="keep no snapshots and clips of alerts (alerts then carry no alert_id and no URLs)")
     s.add_argument("--ui", action="store_true", help="also serve the web app's page at / on the same engine")
     s.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                    help="serve through Ray Serve on the cluster at ADDRESS (a local one without it)")
@@ -95,6 +100,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                            max_outage_s=args.max_outage_s, answer_timeout_s=args.answer_timeout_s,
                            source_open_timeout_s=_positive(args.source_open_timeout_s, "--source-open-timeout-s"),
                            max_new_tokens=cfg.generation.max_new_tokens, webhook_urls=tuple(args.alert_webhook),
+                           webhook_thumbnails=args.webhook_thumbnails, alert_media=not args.no_alert_media,
                            stream_idle_timeout_s=_seconds(args.stream_idle_timeout_s, "--stream-idle-timeout-s"),
                            session_save_s=_seconds(args.session_save_s, "--session-save-s"),
                            host=args.host, allowed_hosts=tuple(args.allowed_host), cors_origins=tuple(args.cors_origin),

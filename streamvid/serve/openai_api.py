@@ -169,6 +169,7 @@ def usage(answer: dict) -> dict:
 def extra(answer: dict, asked: dict) -> dict:
     out = {"stream_id": asked["stream_id"], "question_id": answer["id"]}
     out |= {k: answer.get(k) for k in ("t_s", "evidence_t_s", "retrieved_blocks", "ttft_ms")}
-    if "trigger_id" in answer:
-        out["trigger_id"] = answer["trigger_id"]
+    for key in ("trigger_id", "evidence_frame_url"):  # (a watch's acknowledgement; a stream keeping alert media)
+        if key in answer:
+            out[key] = answer[key]
     return out

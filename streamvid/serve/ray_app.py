@@ -20,7 +20,8 @@ of routes.py) holds a handle to each and routes every request:
   request for it (frames, chat completions, watches, events, the realtime socket) goes to `engine{i}` for the
   stream's whole life; the token ends with a MAC of the id under the application's key (`id_tag`), so an id no
   replica issued (made up, or malformed) is 404 at the ingress, not taken for a stream of a dead replica;
-- replies and errors cross the handle as plain data (`{"ok": ...}` / `{"err": [status, message, type, code]}`);
+- replies and errors cross the handle as plain data (`{"ok": ...}` / `{"err": [status, message, type, code]}`;
+  an alert's snapshot or clip as bytes);
   answers and events stream back through the handle's streaming calls.
 
 When a replica dies, Ray Serve starts a new one under the same deployment, with a new incarnation and no streams:
@@ -60,7 +61,8 @@ from streamvid.serve.service import HubService
 
 log = logging.getLogger(__name__)
 
-CALLS = ("open", "list", "count", "status", "close", "push", "push_audio", "question", "watch", "watches", "unwatch")
+CALLS = ("open", "list", "count", "status", "close", "push", "push_audio", "question", "watch", "watches", "unwatch",
+         "alerts", "alert", "alert_snapshot", "alert_clip", "frame_jpeg")
 STREAMS = ("ask", "events")
 _ID = re.compile(r"^r(\d+)\.([0-9a-f]+)-")
 RAY_ERRORS = (RayError, RayServeException)
@@ -98,15 +100,15 @@ class EngineReplica:
 
             torch.set_num_threads(threads)
         from streamvid.engine import Engine
+        from streamvid.serve.alert_routes import links
         from streamvid.serve.webhooks import WebhookSender
 
         self.index = index
         self.prefix = f"r{index}.{secrets.token_hex(3)}-"  # this incarnation's stream ids
-        webhooks = (WebhookSender(options.webhook_urls, options.webhook_queue, options.webhook_retries)
-                    if options.webhook_urls else None)
+        webhooks = WebhookSender.of(options)
         self.engine = Engine(config)
         self.service = HubService(Hub(self.engine, options, prefix=self.prefix, webhooks=webhooks,
-                                      tag=functools.partial(id_tag, key)))
+                                      tag=functools.partial(id_tag, key), links=links))
         log.info("engine replica %s ready (streams %s*)", index, self.prefix)
 
     def _check(self, method: str, args: tuple, allowed: tuple) -> None:
@@ -236,6 +238,21 @@ class RayBackend:
 
     async def unwatch(self, sid: str, wid: str) -> dict:
         return await self._on(sid, "unwatch", wid)
+
+    async def alerts(self, sid: str) -> list[dict]:
+        return await self._on(sid, "alerts")
+
+    async def alert(self, sid: str, alert_id: str) -> dict:
+        return await self._on(sid, "alert", alert_id)
+
+    async def alert_snapshot(self, sid: str, alert_id: str) -> bytes:
+        return await self._on(sid, "alert_snapshot", alert_id)
+
+    async def alert_clip(self, sid: str, alert_id: str) -> bytes:
+        return await self._on(sid, "alert_clip", alert_id)
+
+    async def frame_jpeg(self, sid: str, t_s: float) -> bytes:
+        return await self._on(sid, "frame_jpeg", t_s)
 
     async def ask(self, sid: str, text: object, dialogue=None) -> AsyncIterator[dict]:
         async for item in self._stream(self._index(sid), "ask", sid, text, dialogue, sid=sid):

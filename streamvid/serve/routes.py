@@ -12,6 +12,8 @@ Serve application (ray_app.py); only the backend behind `get_backend()` differs.
                                               "utterances"}; what is heard comes as "transcript" events
     POST   /v1/streams/{id}/watches           {"condition"} -> {"id"}; GET lists them; DELETE .../watches/{wid}
     GET    /v1/streams/{id}/events            server-sent events: one per output (event: <type>, data: <JSON>)
+    GET    /v1/streams/{id}/alerts[/{alert_id}[/snapshot.jpg|/clip.mp4]], /v1/streams/{id}/frames/at/{t_s}.jpg:
+                                              the evidence behind alerts and answers (alert_routes.py)
 
 Errors are `{"error": {"message", "type", "code"}}` with a one-line message: 400 (bad value or JSON), 401 (API
 key), 403 (a session_dir outside the allowed folders), 404 (unknown stream, watch, model or saved session), 409
@@ -33,6 +35,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+import streamvid.serve.alert_routes as alert_routes
 import streamvid.serve.openai_api as openai_api
 import streamvid.serve.realtime as realtime
 from streamvid.hub.errors import HubError, Refused, TooLarge
@@ -167,6 +170,7 @@ def create_app(get_backend: GetBackend, lifespan: Callable[[FastAPI], AbstractAs
         return StreamingResponse(body(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
+    alert_routes.add_routes(app, get_backend, auth)
     openai_api.add_routes(app, get_backend, auth)
     realtime.add_routes(app, get_backend)
     return app

@@ -23,6 +23,7 @@ from fastapi import FastAPI
 from streamvid.net_policy import is_loopback
 from streamvid.serve.front_door import Door
 from streamvid.hub.hub import Hub
+from streamvid.serve.alert_routes import links
 from streamvid.serve.options import ServeOptions, model_id
 from streamvid.serve.routes import create_app
 from streamvid.serve.service import HubService
@@ -34,9 +35,7 @@ log = logging.getLogger(__name__)
 def build_app(engine, options: ServeOptions | None = None, ui: bool = False) -> FastAPI:
     options = options or ServeOptions(model_id=model_id(engine.config.model),
                                       max_new_tokens=engine.config.generation.max_new_tokens)
-    webhooks = (WebhookSender(options.webhook_urls, options.webhook_queue, options.webhook_retries)
-                if options.webhook_urls else None)
-    hub = Hub(engine, options, webhooks=webhooks)
+    hub = Hub(engine, options, webhooks=WebhookSender.of(options), links=links)
     service = HubService(hub)
     closers = []
 

@@ -93,6 +93,21 @@ class HubService:
     async def unwatch(self, sid: str, wid: str) -> dict:
         return self.hub.unwatch(sid, wid)
 
+    async def alerts(self, sid: str) -> list[dict]:
+        return await asyncio.to_thread(self.hub.alerts, sid)
+
+    async def alert(self, sid: str, alert_id: str) -> dict:
+        return await asyncio.to_thread(self.hub.alert, sid, alert_id)
+
+    async def alert_snapshot(self, sid: str, alert_id: str) -> bytes:
+        return await asyncio.to_thread(self.hub.alert_snapshot, sid, alert_id)
+
+    async def alert_clip(self, sid: str, alert_id: str) -> bytes:
+        return await asyncio.to_thread(self.hub.alert_clip, sid, alert_id)
+
+    async def frame_jpeg(self, sid: str, t_s: float) -> bytes:
+        return await asyncio.to_thread(self.hub.frame_jpeg, sid, t_s)
+
     async def ask(self, sid: str, text: object, dialogue: list[tuple[str, str]] | None = None) -> AsyncIterator[dict]:
         """{"type": "question", "id"} once the question is queued, then its answer.delta pieces, then the answer
         (for "tell me when ..." the acknowledgement, with "trigger_id"). Unavailable when the stream stops or
