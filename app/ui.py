@@ -15,7 +15,9 @@ refreshes the page once a second. The scriptable endpoints are api.py's.
 from __future__ import annotations
 
 import html
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import gradio as gr
 
@@ -30,6 +32,7 @@ from streamvid_app.api import (
     user_errors,
     with_session,
 )
+from streamvid_app.alert_clips import alert_clip, alert_thumbnails
 from streamvid_app.chat import alert_text, clock, heard_text, model_name
 from streamvid_app.inputs import VIDEO_SUFFIXES
 from streamvid_app.manager import SessionManager
@@ -39,7 +42,8 @@ REFRESH_S = 1.0  # how often the page's timer refreshes stats, preview, chat and
 MIC_EVERY_S = 0.5  # how often the microphone's sound is sent
 CAPTIONS = 3  # the newest utterances shown under the picture
 PREVIEW_PX = 224  # smaller frames are shown enlarged (nearest neighbour) in "what the assistant sees"
-_UNSEEN = {"v": -1, "f": -1, "t": None}  # what a tab has rendered: session version, frame index, trigger ids
+_UNSEEN = {"v": -1, "f": -1, "t": None, "g": None}  # what a tab has rendered: session version, frame index,
+# trigger ids, the alert ids in its gallery
 
 
 # ---- the page ---------------------------------------------------------------------------------------------
@@ -51,6 +55,7 @@ class _Page:
     stats: gr.Markdown
     chat: gr.Chatbot
     timeline: gr.HTML
+    alerts: gr.Gallery
     triggers: gr.Dropdown
     seen: gr.State  # what the tab last rendered (see _UNSEEN)
 
@@ -79,11 +84,16 @@ def build_demo(manager: SessionManager, ask_timeout_s: float = 120.0) -> gr.Bloc
                     ask_btn = gr.Button("Ask", variant="primary", scale=1, elem_id="sv-ask")
                 watch = _trigger_panel(manager.config.narration.on)
                 timeline = gr.HTML(_timeline_html([], None), elem_id="sv-timeline")
-        page = _Page(page_now, page_frame, page_captions, page_stats, chat, timeline, watch["list"],
+                alert_gallery = gr.Gallery(label="Alerts: the frame each fired on (click for its clip)", columns=6,
+                                           height=140, allow_preview=False, elem_id="sv-alert-gallery")
+                alert_video = gr.Video(label="The clip around the alert", interactive=False, autoplay=True,
+                                       elem_id="sv-alert-clip")
+        page = _Page(page_now, page_frame, page_captions, page_stats, chat, timeline, alert_gallery, watch["list"],
                      gr.State(_UNSEEN))
         _wire_inputs(manager, inputs, page, fps)
         _wire_chat(manager, question, ask_btn, page, ask_timeout_s)
         _wire_triggers(manager, watch, page)
+        _wire_alerts(manager, page, alert_video)
         timer = gr.Timer(REFRESH_S)
 
         def refresh(seen: dict, request: gr.Request):
@@ -144,7 +154,8 @@ def _trigger_panel(narrate_default: bool) -> dict:
 
 
 def _outputs(page: _Page) -> list:
-    return [page.now, page.frame, page.captions, page.stats, page.chat, page.timeline, page.triggers, page.seen]
+    return [page.now, page.frame, page.captions, page.stats, page.chat, page.timeline, page.alerts, page.triggers,
+            page.seen]
 
 
 # ---- callbacks --------------------------------------------------------------------------------------------
@@ -240,11 +251,27 @@ def _wire_triggers(manager: SessionManager, panel: dict, page: _Page) -> None:
     panel["remove"].click(remove, [panel["list"]], outs, **private)
 
 
+def _wire_alerts(manager: SessionManager, page: _Page, video: gr.Video) -> None:
+    def play(seen: dict, evt: gr.SelectData, request: gr.Request):
+        s = existing_session(manager, request)
+        ids = (seen or {}).get("g") or []
+        if s is None or not isinstance(evt.index, int) or not 0 <= evt.index < len(ids):
+            return gr.skip()
+        path = alert_clip(s.assistant, ids[evt.index], Path(tempfile.gettempdir()), session_key(request))
+        if path is None:
+            gr.Info("That alert's clip is still being recorded (it ends a few seconds after the alert).")
+            return gr.skip()
+        return str(path)
+
+    page.alerts.select(play, [page.seen], video, api_visibility="private", concurrency_limit=None)
+
+
 def _render(manager: SessionManager, request: gr.Request, seen: dict) -> tuple:
     """The page's live parts for this tab's session; parts that did not change since `seen` are skipped."""
     s = existing_session(manager, request)
     if s is None:
-        return ("*Nothing is playing.*", gr.skip(), gr.skip(), _stats_md(None), gr.skip(), gr.skip(), gr.skip(), seen)
+        return ("*Nothing is playing.*", gr.skip(), gr.skip(), _stats_md(None), gr.skip(), gr.skip(), gr.skip(),
+                gr.skip(), seen)
     status = s.status()
     frame = s.latest_frame()
     frame_index = frame.index if frame is not None else -1
@@ -253,6 +280,8 @@ def _render(manager: SessionManager, request: gr.Request, seen: dict) -> tuple:
     triggers = s.triggers()
     ids = [t.get("trigger_id") for t in triggers]
     heard = s.heard() if changed else []
+    thumbs = alert_thumbnails(s.assistant) if s.alerts() else []
+    shown = [alert_id for _, _, alert_id in thumbs]
     return (
         _now_md(status),
         _enlarged(frame.image) if frame is not None and frame_index != seen.get("f") else gr.skip(),
@@ -260,10 +289,11 @@ def _render(manager: SessionManager, request: gr.Request, seen: dict) -> tuple:
         _stats_md(status),
         s.chat() if changed else gr.skip(),
         _timeline_html(s.alerts(), status.get("t_s"), heard) if changed else gr.skip(),
+        [(image, caption) for image, caption, _ in thumbs] if shown != seen.get("g") else gr.skip(),
         gr.Dropdown(choices=[(f"{t.get('condition')} ({t.get('trigger_id')})", t.get("trigger_id"))
                              for t in triggers], value=ids[-1] if ids else None)
         if ids != seen.get("t") else gr.skip(),
-        {"v": version, "f": frame_index, "t": ids},
+        {"v": version, "f": frame_index, "t": ids, "g": shown},
     )
 
 

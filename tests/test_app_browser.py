@@ -214,3 +214,34 @@ def test_microphone_captions_and_a_spoken_question_in_chromium(served, tmp_path)
             assert page.locator("#sv-timeline .sv-heard").count() >= 1
         finally:
             browser.close()
+
+
+def test_an_alert_shows_its_frame_and_plays_its_clip_in_chromium(served, tmp_path):
+    """A demo clip with a watch that fires: the alert's thumbnail appears in the gallery and clicking it plays its
+    clip in the page's video player (Chromium decodes the H.264 MP4: its duration is read back from the element)."""
+    chromium = _chromium()
+    from playwright.sync_api import sync_playwright
+
+    url, manager = served
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            page.goto(url + "/", wait_until="load")
+            page.locator("#sv-condition textarea").fill("a red hexagon")
+            page.locator("#sv-watch").click()
+            page.locator("#sv-start-clip").click()
+            page.wait_for_selector("#sv-alert-gallery img")
+            session = manager.sessions()[0]
+            alert = session.alerts()[0]
+            wait_until(lambda: session.assistant.alert_media.clip(alert["alert_id"]) is not None,
+                       what="the clip's seconds after the alert")
+            page.locator("#sv-alert-gallery img").first.click()
+            page.wait_for_function("""() => { const v = document.querySelector('#sv-alert-clip video');
+                return v && v.readyState >= 1 && v.duration > 0; }""")
+            duration = page.evaluate("() => document.querySelector('#sv-alert-clip video').duration")
+            cfg = manager.config.alert_media
+            assert abs(duration - (cfg.before_s + cfg.after_s)) <= 1.0, duration
+        finally:
+            browser.close()
