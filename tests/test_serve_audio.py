@@ -147,3 +147,34 @@ def test_realtime_socket_hears_input_audio_buffer_append(server, http, tmp_path)
             assert "help" in words(m["text"])
     finally:
         http.delete(f"/v1/streams/{sid}")
+
+
+def test_a_spoken_question_in_a_chat_completion(server, http, tmp_path):
+    """OpenAI's `input_audio` content part, sent with the openai client: the words heard are the question (read back
+    from the stream's own answer event)."""
+    openai = pytest.importorskip("openai")
+    sid = http.post("/v1/streams", json={"source": "push"}).json()["id"]
+    got, stop = [], threading.Event()
+    reader = _events(server, sid, got, stop)
+    try:
+        client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0, timeout=120.0)
+        model = http.get("/v1/models").json()["data"][0]["id"]
+        wav = _wav(_speech(tmp_path, "what colour is the star", 16000), 16000)
+        part = {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav).decode(), "format": "wav"}}
+        reply = client.chat.completions.create(model=model, extra_body={"stream_id": sid},
+                                               messages=[{"role": "user", "content": [part]}])
+        qid = reply.model_extra["streamvid"]["question_id"]
+        answer = wait_until(lambda: next((e for e in got if e["type"] == "answer" and e["id"] == qid), None),
+                            what="the answer event")
+        assert {"star", "what"} <= set(words(answer["question"])) and answer["text"] == reply.choices[0].message.content
+        r = http.post("/v1/chat/completions", json={"model": model, "stream_id": sid, "messages": [
+            {"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "***", "format": "wav"}}]}]})
+        assert r.status_code == 400 and "base64" in r.json()["error"]["message"]
+        part["input_audio"]["format"] = "mp3"
+        r = http.post("/v1/chat/completions", json={"model": model, "stream_id": sid,
+                                                    "messages": [{"role": "user", "content": [part]}]})
+        assert r.status_code == 400 and 'must be "wav"' in r.json()["error"]["message"]
+    finally:
+        stop.set()
+        http.delete(f"/v1/streams/{sid}")
+        reader.join(10)

@@ -349,6 +349,11 @@ class Hub(AlertAccess):
         st = s.sa.ingest_stats()
         return {"frames_in": st["frames_in"], "frames_dropped": st["frames_dropped"], "t_s": round(t_s, 3)}
 
+    def spoken_question(self, sid: str, data: bytes, fmt: object) -> str:
+        """The words of a recorded question about stream `sid` (an `input_audio` part), for its chat completion."""
+        self.get(sid)
+        return sound.spoken_question(self.config, data, fmt)
+
     def push_audio(self, sid: str, body: bytes, content_type: str | None, rate: int | None = None,
                    t_s: float | None = None) -> dict:
         """Sound into a push stream (sound.py): a WAV, or raw PCM16 at `rate`; {"t_s", "t_end_s", "utterances"}."""

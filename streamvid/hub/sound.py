@@ -16,6 +16,7 @@ from streamvid.hearing import Hearing, asr_device
 from streamvid.hub.errors import Busy, Conflict, Refused, UnsupportedMedia
 from streamvid.hub.stream import HubStream
 from streamvid.stream import BusyError
+from streamvid.wake_word import addressed
 
 WAV = ("audio/wav", "audio/x-wav", "audio/wave", "audio/vnd.wave")
 PCM = ("audio/pcm", "audio/l16", "application/octet-stream")
@@ -30,6 +31,25 @@ def media_type(content_type: str | None) -> str:
         return "pcm"
     raise UnsupportedMedia(f"audio must be a WAV (audio/wav) or raw PCM16 (audio/pcm with ?rate=), got "
                       f"{kind or 'no Content-Type'!r}")
+
+
+def spoken_question(config, data: bytes, fmt: object) -> str:
+    """The words of a recorded question (an OpenAI `input_audio` part: WAV bytes), a leading wake word left out.
+    Refused (one line) for another format, a body that is not a WAV, or one in which no words are heard."""
+    if fmt != "wav":
+        raise Refused(f'input_audio format must be "wav", got {str(fmt)[:20]!r}')
+    if config.audio == "off":
+        raise Conflict("this server does not hear sound (--audio off)")
+    try:
+        samples = wav_samples(data)
+    except ValueError as e:
+        raise Refused(f"input_audio: {e}") from None
+    recognizer = load_recognizer(config.asr, asr_device(config))
+    text = recognizer.transcribe(samples, config.wake_word)
+    text = addressed(text, config.wake_word) or text
+    if not text.strip(" .,!?-"):
+        raise Refused("input_audio: no words were heard in it")
+    return text
 
 
 def push_sound(s: HubStream, body: bytes, content_type: str | None, config, rate: int | None = None,

@@ -6,7 +6,9 @@
     reply.choices[0].message.content, reply.model_extra["streamvid"]     # the answer; t_s, evidence_t_s, ...
 
 The last user message is a question about stream `stream_id` at its current time; earlier user/assistant messages
-are the dialogue it is answered with (pairs, in order; system messages are ignored). The answer comes as a
+are the dialogue it is answered with (pairs, in order; system messages are ignored). The last message may be spoken:
+one `{"type": "input_audio", "input_audio": {"data": "<base64 WAV>", "format": "wav"}}` part, whose words (the
+server's recogniser, a leading wake word left out) are the question. The answer comes as a
 `chat.completion` plus `"streamvid": {"stream_id", "question_id", "t_s", "evidence_t_s", "retrieved_blocks",
 "ttft_ms"}`, or with `"stream": true` as `chat.completion.chunk` server-sent events ending with `data: [DONE]`
 (the last chunk carries the finish reason and the "streamvid" object; `stream_options.include_usage` adds the
@@ -17,8 +19,11 @@ parameters are accepted and ignored, and `usage.prompt_tokens` is not counted (0
 
 from __future__ import annotations
 
+import base64
+import binascii
 import secrets
 import time
+from dataclasses import dataclass
 
 from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
@@ -59,6 +64,8 @@ def add_routes(app: FastAPI, get_backend: GetBackend, auth: list) -> None:
             raise Refused('"stream_id" is required: the stream the question is about (openai client: '
                              'extra_body={"stream_id": ...})')
         question, dialogue = conversation(body.messages)
+        if isinstance(question, SpokenPart):  # an input_audio part: the words heard in it are the question
+            question = await backend.spoken_question(body.stream_id, question.data, question.format)
         items = backend.ask(body.stream_id, question, dialogue)
         try:
             asked = await anext(items)  # queued: an unknown stream, a full queue ... are answered before streaming
@@ -116,8 +123,9 @@ def add_routes(app: FastAPI, get_backend: GetBackend, auth: list) -> None:
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-def conversation(messages: list[dict]) -> tuple[str, list[tuple[str, str]]]:
-    """(the question: the last message, a user's; the earlier user/assistant turns as (question, answer) pairs)."""
+def conversation(messages: list[dict]) -> tuple[str | SpokenPart, list[tuple[str, str]]]:
+    """(the question: the last message, a user's, its text or its input_audio part; the earlier user/assistant
+    turns as (question, answer) pairs)."""
     if not messages:
         raise Refused("messages is empty: the last message must be the user's question")
     turns: list[tuple[str, str]] = []
@@ -127,6 +135,8 @@ def conversation(messages: list[dict]) -> tuple[str, list[tuple[str, str]]]:
         if role not in ROLES:
             raise Refused(f"messages[{i}].role must be one of {', '.join(ROLES)}, got {str(role)[:40]!r}")
         text = content_text(m.get("content"), i)
+        if isinstance(text, SpokenPart) and i != len(messages) - 1:
+            raise Refused(f"messages[{i}]: only the last message may be spoken (input_audio); earlier turns are text")
         if role == "user":
             if pending is not None:
                 turns.append((pending, ""))
@@ -139,21 +149,40 @@ def conversation(messages: list[dict]) -> tuple[str, list[tuple[str, str]]]:
     return pending, turns
 
 
-def content_text(content, i: int) -> str:
+@dataclass(frozen=True)
+class SpokenPart:
+    """A question asked by voice: an OpenAI `input_audio` content part (base64 `data`, its `format`)."""
+
+    data: bytes
+    format: object
+
+
+def content_text(content, i: int) -> str | SpokenPart:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
         parts = []
         for part in content:
             kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "input_audio" and len(content) == 1:
+                return spoken_part(part.get("input_audio"), i)
             if kind != "text" or not isinstance(part.get("text"), str):
-                raise Refused(f"messages[{i}].content: only text parts are accepted, got {str(kind)[:40]!r}; "
-                                 f"send frames to POST /v1/streams/{{id}}/frames")
+                raise Refused(f"messages[{i}].content: only text parts, or one input_audio part, are accepted, got "
+                              f"{str(kind)[:40]!r}; send frames to POST /v1/streams/{{id}}/frames")
             parts.append(part["text"])
         return "\n".join(parts)
     if content is None:
         return ""
     raise Refused(f"messages[{i}].content must be text or a list of text parts")
+
+
+def spoken_part(audio, i: int) -> SpokenPart:
+    if not isinstance(audio, dict) or not isinstance(audio.get("data"), str):
+        raise Refused(f'messages[{i}].content: input_audio needs {{"data": base64 WAV, "format": "wav"}}')
+    try:
+        return SpokenPart(base64.b64decode(audio["data"], validate=True), audio.get("format"))
+    except (binascii.Error, ValueError):
+        raise Refused(f"messages[{i}].content: input_audio data is not valid base64") from None
 
 
 def finish_reason(answer: dict, options) -> str:

@@ -61,8 +61,8 @@ from streamvid.serve.service import HubService
 
 log = logging.getLogger(__name__)
 
-CALLS = ("open", "list", "count", "status", "close", "push", "push_audio", "question", "watch", "watches", "unwatch",
-         "alerts", "alert", "alert_snapshot", "alert_clip", "frame_jpeg")
+CALLS = ("open", "list", "count", "status", "close", "push", "push_audio", "spoken_question", "question", "watch",
+         "watches", "unwatch", "alerts", "alert", "alert_snapshot", "alert_clip", "frame_jpeg")
 STREAMS = ("ask", "events")
 _ID = re.compile(r"^r(\d+)\.([0-9a-f]+)-")
 RAY_ERRORS = (RayError, RayServeException)
@@ -226,6 +226,9 @@ class RayBackend:
     async def push_audio(self, sid: str, data: bytes, content_type: str | None, rate: int | None = None,
                          t_s: float | None = None) -> dict:
         return await self._on(sid, "push_audio", data, content_type, rate, t_s)
+
+    async def spoken_question(self, sid: str, data: bytes, fmt: object) -> str:
+        return await self._on(sid, "spoken_question", data, fmt)
 
     async def question(self, sid: str, text: object) -> dict:
         return await self._on(sid, "question", text)

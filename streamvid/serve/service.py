@@ -76,6 +76,9 @@ class HubService:
     async def push(self, sid: str, data: bytes, content_type: str | None, t_s: float | None = None) -> dict:
         return await asyncio.to_thread(self.hub.push, sid, data, content_type, t_s)
 
+    async def spoken_question(self, sid: str, data: bytes, fmt: object) -> str:
+        return await asyncio.to_thread(self.hub.spoken_question, sid, data, fmt)
+
     async def push_audio(self, sid: str, data: bytes, content_type: str | None, rate: int | None = None,
                          t_s: float | None = None) -> dict:
         return await asyncio.to_thread(self.hub.push_audio, sid, data, content_type, rate, t_s)
