@@ -178,3 +178,25 @@ def test_a_spoken_question_in_a_chat_completion(server, http, tmp_path):
         stop.set()
         http.delete(f"/v1/streams/{sid}")
         reader.join(10)
+
+
+def test_audio_speech_speaks_with_the_servers_voice(server, http, tmp_path):
+    """OpenAI's /v1/audio/speech through the openai client: a 24 kHz WAV whose words the recogniser hears (an
+    independent check of what was said); a bad format or empty input is a one-line 400."""
+    openai = pytest.importorskip("openai")
+    _speech(tmp_path, "x", 16000)  # (skips without espeak-ng, the voice this test hears)
+    from streamvid.audio.asr import load_recognizer
+    from streamvid.audio.pcm import wav_samples
+
+    client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0, timeout=120.0)
+    model = http.get("/v1/models").json()["data"][0]["id"]
+    reply = client.audio.speech.create(model=model, voice="alloy", input="Where are my keys?", response_format="wav")
+    body = reply.read()
+    with wave.open(io.BytesIO(body)) as w:
+        assert (w.getframerate(), w.getnchannels(), w.getsampwidth()) == (24000, 1, 2) and w.getnframes() > 12000
+    assert "keys" in words(load_recognizer().transcribe(wav_samples(body)))
+    r = http.post("/v1/audio/speech", json={"model": model, "input": "Where are my keys?", "voice": "alloy",
+                                            "response_format": "mp3"})
+    assert r.status_code == 400 and 'must be "wav" or "pcm"' in r.json()["error"]["message"]
+    r = http.post("/v1/audio/speech", json={"model": model, "input": " ", "voice": "alloy"})
+    assert r.status_code == 400 and "\n" not in r.json()["error"]["message"]

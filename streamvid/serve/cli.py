@@ -20,6 +20,13 @@ import sys
 import time
 
 
+
+def _best_voice() -> str:
+    from streamvid.voices import available_voices
+
+    found = available_voices()
+    return found[0] if found else "none (apt-get install espeak-ng)"
+
 def register(sub: argparse._SubParsersAction) -> None:
     from streamvid.cli_engine import add_engine_args
     s = sub.add_parser("serve", help="HTTP API: OpenAI-compatible chat about streams, SSE events, realtime WebSocket, "
@@ -59,6 +66,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="send each alert to the webhooks with a small base64 JPEG of its snapshot (\"thumbnail\")")
     s.add_argument("--no-alert-media", action="store_true",
                    help="keep no snapshots and clips of alerts (alerts then carry no alert_id and no URLs)")
+    s.add_argument("--tts", default="auto", metavar="VOICE",
+                   help=f"the voice of /v1/audio/speech: auto (the best installed here: {_best_voice()}), off, "
+                        f"espeak-ng, piper, or a transformers text-to-speech checkpoint (HF id or directory)")
     s.add_argument("--ui", action="store_true", help="also serve the web app's page at / on the same engine")
     s.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                    help="serve through Ray Serve on the cluster at ADDRESS (a local one without it)")
@@ -101,6 +111,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                            source_open_timeout_s=_positive(args.source_open_timeout_s, "--source-open-timeout-s"),
                            max_new_tokens=cfg.generation.max_new_tokens, webhook_urls=tuple(args.alert_webhook),
                            webhook_thumbnails=args.webhook_thumbnails, alert_media=not args.no_alert_media,
+                           tts=args.tts,
                            stream_idle_timeout_s=_seconds(args.stream_idle_timeout_s, "--stream-idle-timeout-s"),
                            session_save_s=_seconds(args.session_save_s, "--session-save-s"),
                            host=args.host, allowed_hosts=tuple(args.allowed_host), cors_origins=tuple(args.cors_origin),

@@ -22,6 +22,7 @@ class ServeOptions(HubOptions):
     max_body_mb: float = 32.0  # largest image or sound body accepted
     max_new_tokens: int | None = None  # the engine's: an answer that long finishes with "length"
     answer_timeout_s: float = 120.0  # a chat completion waits this long for its answer
+    tts: str = "auto"  # /v1/audio/speech's voice: auto (the best installed), off, espeak-ng, piper, an HF id or dir
     webhook_urls: tuple[str, ...] = ()
     webhook_queue: int = 256
     webhook_retries: int = 5

@@ -38,6 +38,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 import streamvid.serve.alert_routes as alert_routes
 import streamvid.serve.openai_api as openai_api
 import streamvid.serve.realtime as realtime
+import streamvid.serve.speech_route as speech_route
 from streamvid.hub.errors import HubError, Refused, TooLarge
 from streamvid.hub.images import media_type
 from streamvid.hub.sound import media_type as sound_media_type
@@ -172,6 +173,7 @@ def create_app(get_backend: GetBackend, lifespan: Callable[[FastAPI], AbstractAs
 
     alert_routes.add_routes(app, get_backend, auth)
     openai_api.add_routes(app, get_backend, auth)
+    speech_route.add_routes(app, get_backend, auth)
     realtime.add_routes(app, get_backend)
     return app
 
