@@ -62,9 +62,11 @@ def resample_to(samples: np.ndarray, rate: int, to_rate: int = OUT_RATE) -> np.n
 
 
 class Speaker:
-    def __init__(self, voice: Voice, on_audio: Callable[[bytes], None], name: str = "streamvid-speak"):
+    def __init__(self, voice: Voice, on_audio: Callable[[bytes], None], name: str = "streamvid-speak",
+                 on_sentence: Callable[[str], None] | None = None):
         self.voice = voice
         self.on_audio = on_audio
+        self.on_sentence = on_sentence  # called with each sentence just before its audio
         self._sentences = Sentences()
         self._todo: queue.Queue[str | None] = queue.Queue()
         self._cancelled = threading.Event()
@@ -106,7 +108,10 @@ class Speaker:
                 samples, rate = self.voice.synthesize(sentence)
                 if self._cancelled.is_set():
                     return
-                self.on_audio(to_pcm16(resample_to(samples, rate)).tobytes())
+                if self.on_sentence is not None:
+                    self.on_sentence(sentence)
+                if len(samples):
+                    self.on_audio(to_pcm16(resample_to(samples, rate)).tobytes())
                 self.spoken.append(sentence)
         except Exception as e:  # noqa: BLE001 - the answer's text still goes out; its speech stops here
             self.error = e

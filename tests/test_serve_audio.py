@@ -10,6 +10,7 @@ import base64
 import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -200,3 +201,44 @@ def test_audio_speech_speaks_with_the_servers_voice(server, http, tmp_path):
     assert r.status_code == 400 and 'must be "wav" or "pcm"' in r.json()["error"]["message"]
     r = http.post("/v1/audio/speech", json={"model": model, "input": " ", "voice": "alloy"})
     assert r.status_code == 400 and "\n" not in r.json()["error"]["message"]
+
+
+def test_a_question_spoken_on_the_socket_is_answered_in_text_and_speech(server, http, tmp_path):
+    """Push to talk with OpenAI Realtime's events: turn detection off, audio appended, committed; the transcript,
+    the answer's text deltas (joined: the answer) and its audio deltas (PCM16 the recogniser hears the answer in,
+    when it has words), then response.done; an empty commit and a cancel with nothing to cancel are errors."""
+    sid = http.post("/v1/streams", json={"source": "push"}).json()["id"]
+    raw = _speech(tmp_path, "what colour is the star", 24000).tobytes()
+    try:
+        with websockets_sync.connect(server.replace("http://", "ws://") + f"/v1/streams/{sid}/realtime") as ws:
+            def until(kind):
+                got = []
+                while True:
+                    m = strict_json(ws.recv(timeout=120))
+                    got.append(m)
+                    if m["type"] == kind:
+                        return got
+            ws.send(json.dumps({"type": "session.update", "session": {"turn_detection": None}}))
+            assert until("session.updated")[-1]["session"]["turn_detection"] is None
+            ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+            assert "empty" in until("error")[-1]["message"]
+            ws.send(json.dumps({"type": "response.cancel"}))
+            assert "no response" in until("error")[-1]["message"]
+            for i in range(0, len(raw), 9600):
+                ws.send(json.dumps({"type": "input_audio_buffer.append",
+                                    "audio": base64.b64encode(raw[i:i + 9600]).decode()}))
+            ws.send(json.dumps({"type": "input_audio_buffer.commit"}))
+            got = until("response.done")
+            kinds = [m["type"] for m in got]
+            assert kinds.index("input_audio_buffer.committed") < kinds.index(
+                "conversation.item.input_audio_transcription.completed")
+            transcript = next(m for m in got if m["type"] == "conversation.item.input_audio_transcription.completed")
+            assert {"star", "what"} <= set(words(transcript["transcript"]))
+            done = got[-1]["response"]
+            answer = next(m for m in got if m["type"] == "answer" and m["id"] == done["question_id"])
+            text = "".join(m["delta"] for m in got if m["type"] == "response.output_text.delta")
+            assert done["status"] == "completed" and text.strip() == answer["text"] == done["text"]
+            audio = b"".join(base64.b64decode(m["delta"]) for m in got if m["type"] == "response.output_audio.delta")
+            assert (len(audio) > 0) == bool(re.search(r"[a-z]", answer["text"], re.I))
+    finally:
+        http.delete(f"/v1/streams/{sid}")

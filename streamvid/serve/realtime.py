@@ -5,7 +5,9 @@ Client messages (JSON text):
     {"type": "question", "text": "What colour is the circle?"}
     {"type": "watch", "condition": "a red circle appears"}
     {"type": "input_audio_buffer.append", "audio": "<base64 PCM16 mono>"}  24 kHz (OpenAI Realtime's name and
-        format; "rate" may say otherwise); a push stream's sound, heard as {"type": "transcript"} messages
+        format; "rate" may say otherwise); a push stream's sound, heard as {"type": "transcript"} messages; with
+        turn detection off (session.update), the question being spoken: input_audio_buffer.commit asks it, and
+        the answer comes as OpenAI Realtime's response.* events, spoken (voice_turns.py)
 Server messages: every output of the stream as its JSON object with its "type" ("alert", "say", "status", ...);
 answers streamed as {"type": "answer.delta", "id", "text"} pieces, then the full {"type": "answer", ...}. Each
 client message but input_audio_buffer.append is acknowledged: {"type": "ack", "for": "input_image", "frames_in",
@@ -29,6 +31,7 @@ from starlette.websockets import WebSocketDisconnect
 
 from streamvid.hub.errors import HubError, Refused, TooLarge
 from streamvid.serve.errors import ServeError, wire_error
+from streamvid.serve.voice_turns import VoiceTurns
 from streamvid.serve.web import GetBackend, check_key, dumps, error_response
 
 REALTIME_RATE = 24000  # OpenAI Realtime's PCM16 input rate
@@ -55,11 +58,14 @@ def add_routes(app: FastAPI, get_backend: GetBackend) -> None:
             async with lock:
                 await ws.send_text(dumps(obj))
 
+        turns = VoiceTurns(backend, sid, send)
+
         async def pump() -> None:
             try:
                 async for item in items:
                     if item is not None:
                         await send(item)
+                        await turns.on_item(item)
             except (ServeError, HubError) as e:  # the stream's replica went away
                 e = wire_error(e)
                 await send({"type": "error", "message": e.message, "status": e.status})
@@ -73,7 +79,7 @@ def add_routes(app: FastAPI, get_backend: GetBackend) -> None:
                 if message["type"] == "websocket.disconnect":
                     break
                 try:
-                    reply = await _handle(backend, sid, message)
+                    reply = await _handle(backend, sid, message, turns)
                 except Exception as e:  # noqa: BLE001 - one bad message never closes the socket
                     e = wire_error(e)
                     reply = {"type": "error", "message": e.message, "status": e.status}
@@ -88,7 +94,7 @@ def add_routes(app: FastAPI, get_backend: GetBackend) -> None:
             await items.aclose()
 
 
-async def _handle(backend, sid: str, message: dict) -> dict | None:
+async def _handle(backend, sid: str, message: dict, turns: VoiceTurns) -> dict | None:
     text = message.get("text")
     if text is None:
         raise Refused("send JSON text messages (input_image, input_audio_buffer.append, question, watch), not binary "
@@ -122,15 +128,29 @@ async def _handle(backend, sid: str, message: dict) -> dict | None:
             data = base64.b64decode(audio, validate=True)
         except (binascii.Error, ValueError):
             raise Refused("input_audio_buffer.append: \"audio\" is not valid base64") from None
-        await backend.push_audio(sid, data, "audio/pcm", rate, msg.get("t_s"))
+        if turns.manual:  # turn detection off: the question being spoken, until it is committed
+            turns.append(data)
+        else:
+            await backend.push_audio(sid, data, "audio/pcm", rate, msg.get("t_s"))
         return None  # (as OpenAI Realtime: appends are not acknowledged; what is heard comes as transcripts)
+    if kind == "session.update":
+        return await turns.update(msg.get("session"))
+    if kind == "input_audio_buffer.commit":
+        await turns.commit()
+        return None
+    if kind == "input_audio_buffer.clear":
+        return turns.clear()
+    if kind == "response.cancel":
+        await turns.cancel()
+        return None
     if kind == "question":
         return {"type": "ack", "for": "question", **await backend.question(sid, msg.get("text"))}
     if kind == "watch":
         result = await backend.watch(sid, msg.get("condition"), msg.get("fire"), msg.get("reset"))
         return {"type": "ack", "for": "watch", "id": result["id"]}
     raise Refused(f"unknown message type {str(kind)[:40]!r}: expected input_image, input_audio_buffer.append, "
-                  f"question or watch")
+                  f"input_audio_buffer.commit, input_audio_buffer.clear, session.update, response.cancel, question "
+                  f"or watch")
 
 
 async def _deny(ws: WebSocket, e: ServeError) -> None:

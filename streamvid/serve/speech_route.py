@@ -36,19 +36,23 @@ class SpeechRequest(BaseModel):
 
 
 @functools.lru_cache(maxsize=2)
-def _voice(name: str):
+def _loaded(name: str):
     return load_voice(None if name == "auto" else name)
+
+
+def server_voice(tts: str):
+    """The voice `tts` names (loaded once per process); Conflict (one line) when it is "off" or not installed."""
+    if tts == "off":
+        raise Conflict("this server does not speak (--tts off)")
+    try:
+        return _loaded(tts)
+    except (VoiceUnavailable, ValueError) as e:
+        raise Conflict(str(e)) from None
 
 
 def speak(text: str, tts: str) -> bytes:
     """24 kHz mono PCM16 of `text` in the voice `tts` names; Conflict when it is "off" or not installed."""
-    if tts == "off":
-        raise Conflict("this server does not speak (--tts off)")
-    try:
-        voice = _voice(tts)
-    except (VoiceUnavailable, ValueError) as e:
-        raise Conflict(str(e)) from None
-    samples, rate = voice.synthesize(text)
+    samples, rate = server_voice(tts).synthesize(text)
     return to_pcm16(resample_to(samples, rate, OUT_RATE)).tobytes()
 
 
