@@ -118,7 +118,8 @@ class VoiceTurns:
         if item.get("type") == "answer.delta":
             r["text"] += item.get("text", "")
             r["speaker"].feed(item.get("text", ""))
-            await self.send({"type": "response.output_text.delta", "response_id": r["id"], "delta": item.get("text", "")})
+            await self.send({"type": "response.output_text.delta", "response_id": r["id"],
+                             "delta": item.get("text", "")})
         elif item.get("type") == "answer":
             r["text"] = item.get("text", r["text"])
             r["speaker"].finish()
