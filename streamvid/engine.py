@@ -54,7 +54,7 @@ from streamvid.ingest import speech_line
 from streamvid.kv_window import Block
 from streamvid.positions import concat
 from streamvid.stream import Decoding, Stream
-from streamvid.types import ChunkJob, Output, Question, Token
+from streamvid.types import ChunkJob, Output, Question, Token, Transcript
 
 log = logging.getLogger(__name__)
 
@@ -342,8 +342,14 @@ class Engine:
         return True, budget
 
     def _speak(self, s: Stream) -> None:
-        """One utterance of `s` into its window as a speech block; speech triggers hear it."""
-        encoded = self.adapter.encode_text(speech_line(s.ingest.next_utterance), s.ingest.speech_context())
+        """One utterance of `s`, in its time among the chunks: its transcript, and a speech block in its window
+        that speech triggers hear (or, after the wake word, the question it asks)."""
+        utterance = s.ingest.next_utterance
+        if utterance.question is not None:
+            s.spoken(s.ingest.take_utterance())
+            return
+        s.emit(Transcript(round(utterance.t_s, 3), round(utterance.t_end_s, 3), utterance.text))
+        encoded = self.adapter.encode_text(speech_line(utterance), s.ingest.speech_context())
         block = s.ingest.commit_speech(encoded)
         s.reasoning.hear(block, s.emit)
 

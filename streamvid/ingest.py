@@ -131,6 +131,10 @@ class Ingest:
     def next_utterance(self) -> Utterance:
         return self._speech[0]
 
+    def take_utterance(self) -> Utterance:
+        """The oldest utterance, out of the queue without a speech block (a question to the assistant)."""
+        return self._speech.popleft()
+
     @property
     def speech_waiting(self) -> int:
         return len(self._speech)

@@ -23,6 +23,7 @@ scheduler work; `on_alert` (set by alert_media's keeper) sees each alert before 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import queue
@@ -124,25 +125,25 @@ class Stream:
         return True
 
     def hear(self, utterance: Utterance) -> None:
-        """Words heard in the stream's sound (input times, like frames): a {"type": "transcript"} output now, and a
-        speech block in the window at the scheduler's next step; words after the wake word (`wake_word.addressed`)
-        are a question asked when the speaker stopped instead (a {"type": "status", "event": "question_refused"}
-        when it cannot be asked)."""
+        """Words heard in the stream's sound (input times, like frames). The scheduler takes them in time order
+        among the chunks (ingest.py): a {"type": "transcript"} output, and a speech block in the window; words after
+        the wake word (`wake_word.addressed`) are a question asked when the speaker stopped instead (`spoken`)."""
         question = addressed(utterance.text, self.config.wake_word)
         with self._lock:
             if self.closed:
                 return
-            if question is None:
-                self._heard.append(utterance)
+            self._heard.append(dataclasses.replace(utterance, question=question))
             self.utterances += 1
-        off = self.ingest.t_offset_s
-        self.emit(Transcript(round(utterance.t_s + off, 3), round(utterance.t_end_s + off, 3), utterance.text))
-        if question is not None:  # "assistant, ...": asked at the moment the speaker stopped
-            try:
-                self.ask(question, t_s=utterance.t_end_s + off)
-            except (ValueError, BusyError) as e:
-                self.emit(Status("question_refused", round(utterance.t_end_s + off, 3), {"reason": str(e)}))
         self.on_work()
+
+    def spoken(self, utterance: Utterance) -> None:
+        """A question heard after the wake word (scheduler's): its transcript, then the question, asked when the
+        speaker stopped (a {"type": "status", "event": "question_refused"} when it cannot be asked)."""
+        self.emit(Transcript(round(utterance.t_s, 3), round(utterance.t_end_s, 3), utterance.text))
+        try:
+            self.ask(utterance.question, t_s=utterance.t_end_s)
+        except (ValueError, BusyError) as e:
+            self.emit(Status("question_refused", round(utterance.t_end_s, 3), {"reason": str(e)}))
 
     def heard(self, t_s: float) -> None:
         """The sound is transcribed up to input time `t_s` (infinity once it has ended): what a replay's frames

@@ -86,6 +86,7 @@ class Utterance:
     t_end_s: float
     text: str
     heard_s: float = field(default_factory=time.perf_counter)  # wall clock (perf_counter) when it was recognised
+    question: str | None = None  # the words after the wake word: a question to the assistant, not a speech block
 
 
 @dataclass(frozen=True)

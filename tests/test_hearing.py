@@ -397,6 +397,7 @@ def test_pushed_sound_is_heard_and_going_back_is_one_line(adapter, tmp_path):
     engine = Engine(EngineConfig.from_settings(device="cpu", frame_px=56), adapter)
     stream = engine.open()
     hearing = Hearing(stream, load_recognizer())
+    engine.start()  # the scheduler lays what is heard into the stream (and says it) in time order
     try:
         x = _spoken(tmp_path, "stop")
         silence = np.zeros(RATE, np.float32)
