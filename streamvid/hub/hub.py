@@ -48,7 +48,11 @@ from pathlib import Path
 
 from streamvid.assistant import BusyError, StreamingAssistant
 from streamvid.engine import EngineFull
-from streamvid.hub import alert_access, fanout, images, sound, validation
+import streamvid.hub.alert_access as alert_access
+import streamvid.hub.fanout as fanout
+import streamvid.hub.images as images
+import streamvid.hub.sound as sound
+import streamvid.hub.validation as validation
 from streamvid.hub.alert_access import AlertAccess
 from streamvid.hub.errors import (Busy, Conflict, HubError, NotFound, Refused, StreamFailed, Timeout)
 from streamvid.hub.opening import OpenPool
