@@ -63,39 +63,38 @@ def _log_budgets(sa, video: str) -> None:
         log.warning("%s", warning)
 
 
-def parse_ask(spec: str) -> tuple[float, str]:
-    from streamvid.user_text import clean
-
-    t, sep, text = spec.partition(":")
+def _timed(spec: str, what: str) -> tuple[float, str]:
+    """(T, the rest) of "T:REST", T in seconds >= 0; the one-line argparse error names `what` the rest is."""
+    t, sep, rest = spec.partition(":")
     try:
         t_s = float(t)
     except ValueError:
         t_s = -1.0
-    if not sep or not text.strip() or not 0 <= t_s < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected T:QUESTION with T in seconds >= 0, got {spec[:80]!r}")
+    if not sep or not rest.strip() or not 0 <= t_s < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected T:{what} with T in seconds >= 0, got {spec[:80]!r}")
+    return t_s, rest
+
+
+def _clean_timed(spec: str, what: str) -> tuple[float, str]:
+    from streamvid.user_text import clean
+
+    t_s, text = _timed(spec, what)
     try:
         return t_s, clean(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(f"{e}, in {spec[:80]!r}") from None
 
 
+def parse_ask(spec: str) -> tuple[float, str]:
+    return _clean_timed(spec, "QUESTION")
+
+
 def _watch(spec: str) -> tuple[float, str]:
-    try:
-        return parse_ask(spec)
-    except argparse.ArgumentTypeError as e:
-        if "expected T:QUESTION" not in str(e):
-            raise
-        raise argparse.ArgumentTypeError(f"expected T:CONDITION with T in seconds >= 0, got {spec[:80]!r}") from None
+    return _clean_timed(spec, "CONDITION")
 
 
 def _ask_audio(spec: str) -> tuple[float, Path]:
-    t, sep, path = spec.partition(":")
-    try:
-        t_s = float(t)
-    except ValueError:
-        t_s = -1.0
-    if not sep or not path.strip() or not 0 <= t_s < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected T:FILE.wav with T in seconds >= 0, got {spec[:80]!r}")
+    t_s, path = _timed(spec, "FILE.wav")
     if not Path(path).is_file():
         raise argparse.ArgumentTypeError(f"no such file: {path[:200]!r}")
     return t_s, Path(path)
