@@ -1,6 +1,7 @@
 """The frame and clip behind each alert, for the page: thumbnails for its gallery, and a clip written where the page
 can play it (the stream's alert media: streamvid/alert_media.py, kept by every hub stream).
 
+    ready_ids(sa)                              # ["a0", ...]: the alerts whose frame is ready, oldest first
     alert_thumbnails(sa)                       # [(RGB thumbnail, "[00:14] a red hexagon", "a0"), ...], oldest first
     alert_clip(sa, "a0", folder, "tab-key")    # folder/streamvid-alert-<tab>-a0.mp4, or None while recording
 """
@@ -21,6 +22,12 @@ THUMBNAIL_PX = 160
 
 def _media(sa):
     return getattr(sa, "alert_media", None) if sa is not None else None
+
+
+def ready_ids(sa) -> list[str]:
+    """The ids of the alerts of `sa` whose frame is kept and ready, oldest first (what the gallery shows)."""
+    media = _media(sa)
+    return [a["alert_id"] for a in media.list() if a.get("snapshot") == "ready"] if media is not None else []
 
 
 def alert_thumbnails(sa, max_px: int = THUMBNAIL_PX) -> list[tuple[np.ndarray, str, str]]:

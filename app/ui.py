@@ -32,7 +32,7 @@ from streamvid_app.api import (
     user_errors,
     with_session,
 )
-from streamvid_app.alert_clips import alert_clip, alert_thumbnails
+from streamvid_app.alert_clips import alert_clip, alert_thumbnails, ready_ids
 from streamvid_app.chat import alert_text, clock, heard_text, model_name
 from streamvid_app.inputs import VIDEO_SUFFIXES
 from streamvid_app.manager import SessionManager
@@ -280,8 +280,10 @@ def _render(manager: SessionManager, request: gr.Request, seen: dict) -> tuple:
     triggers = s.triggers()
     ids = [t.get("trigger_id") for t in triggers]
     heard = s.heard() if changed else []
-    thumbs = alert_thumbnails(s.assistant) if s.alerts() else []
-    shown = [alert_id for _, _, alert_id in thumbs]
+    shown, gallery = ready_ids(s.assistant), gr.skip()
+    if shown != seen.get("g"):  # thumbnails decoded only when the alerts shown change
+        thumbs = alert_thumbnails(s.assistant)
+        shown, gallery = [alert_id for _, _, alert_id in thumbs], [(image, caption) for image, caption, _ in thumbs]
     return (
         _now_md(status),
         _enlarged(frame.image) if frame is not None and frame_index != seen.get("f") else gr.skip(),
@@ -289,7 +291,7 @@ def _render(manager: SessionManager, request: gr.Request, seen: dict) -> tuple:
         _stats_md(status),
         s.chat() if changed else gr.skip(),
         _timeline_html(s.alerts(), status.get("t_s"), heard) if changed else gr.skip(),
-        [(image, caption) for image, caption, _ in thumbs] if shown != seen.get("g") else gr.skip(),
+        gallery,
         gr.Dropdown(choices=[(f"{t.get('condition')} ({t.get('trigger_id')})", t.get("trigger_id"))
                              for t in triggers], value=ids[-1] if ids else None)
         if ids != seen.get("t") else gr.skip(),
