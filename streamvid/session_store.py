@@ -198,9 +198,24 @@ class Snapshot:
 
 
 def read_meta(directory: str | Path) -> dict:
-    """meta.json of the current snapshot, after checking its format version and the snapshot (snapshot_schema)."""
+    """meta.json of the current snapshot, after checking its format version and the snapshot (snapshot_schema).
+    A reader beside a live writer (an autosaving run) may see the snapshot it was pointed at removed under it by the
+    next save: when the pointer has moved meanwhile, the new snapshot is read instead."""
     directory = Path(directory)
-    pointer = _read_pointer(directory)
+    for _ in range(_READ_TRIES - 1):
+        pointer = _read_pointer(directory)
+        try:
+            return _read_meta_of(directory, pointer)
+        except SnapshotError:
+            if _read_pointer(directory, missing_ok=True) == pointer:
+                raise
+    return _read_meta_of(directory, _read_pointer(directory))
+
+
+_READ_TRIES = 4
+
+
+def _read_meta_of(directory: Path, pointer: dict) -> dict:
     folder = directory / pointer["snapshot"]
     meta_path = folder / META
     intact = not folder.is_symlink() and not meta_path.is_symlink() and meta_path.is_file()

@@ -33,6 +33,11 @@ def _rss_mb() -> float:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+def _new_threads(before: set[threading.Thread]) -> list[str]:
+    """Threads alive now that were not before (those of earlier tests may end meanwhile: they are not counted)."""
+    return [t.name for t in threading.enumerate() if t not in before]
+
+
 def _fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
@@ -54,7 +59,7 @@ def test_three_hours_at_full_speed_stay_within_caps(adapter, tmp_path):
     source = SyntheticSource(lambda i, t: palette[(i * 7 + i // 5) % 64], fps=FPS, n_frames=n_frames)
     cfg = EngineConfig.from_settings(model="unused", fps=FPS, window_tokens=60, max_new_tokens=2, memory_ram_mb=RAM_MB,
                        memory_disk_mb=DISK_MB, memory_dir=str(tmp_path / "spill"), question_queue_size=4)
-    threads0, fds0, fd_targets0 = threading.active_count(), _fds(), _fd_targets()
+    threads0, fds0, fd_targets0 = set(threading.enumerate()), _fds(), _fd_targets()
     sa = StreamingAssistant(cfg, adapter=adapter)
     spill_dir = sa.memory.disk_dir
     sa.start(source)
@@ -90,10 +95,10 @@ def test_three_hours_at_full_speed_stay_within_caps(adapter, tmp_path):
     # stop leaves nothing behind
     assert not spill_dir.exists() and not any((tmp_path / "spill").iterdir())
     deadline = time.monotonic() + 10  # threads and descriptors of the stream, and of earlier tests' last moments
-    while (threading.active_count() > threads0 or _fds() > fds0) and time.monotonic() < deadline:
+    while (_new_threads(threads0) or _fds() > fds0) and time.monotonic() < deadline:
         time.sleep(0.05)
     new_fds = {f: t for f, t in _fd_targets().items() if fd_targets0.get(f) != t}
-    assert threading.active_count() == threads0 and _fds() <= fds0, f"left open: {new_fds}"
+    assert not _new_threads(threads0) and _fds() <= fds0, f"left open: {_new_threads(threads0)} {new_fds}"
     print(f"\nsoak: {STREAM_S / 3600:.0f} h of stream in {wall_s:.0f} s; RSS {hour[0][1]:.0f} -> "
           f"{samples[-1][1]:.0f} MB (max growth {rss_growth:.1f} MB after 1 h); blocks encoded "
           f"{stats['blocks_encoded']}, in RAM {stats['blocks_in_ram']} ({stats['memory_ram_mb']} MB), on disk "
