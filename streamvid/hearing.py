@@ -1,6 +1,7 @@
 """Hearing: a stream's sound fed to its listener (audio/listener.py), from the source or pushed by a client.
 
-    hearing = Hearing(stream, load_recognizer(config.asr))     # pushed sound: hearing.push(samples, t_s)
+    hearing = Hearing(stream, load_recognizer(config.asr), voice_events=True)   # pushed sound: hearing.push(samples, t_s);
+                                                                 # the detector's edges are voice_activity outputs
     hearing = hearing_for(config, source, stream, replay=True)  # a source's own sound, read on a thread; None
                                                                  # when it has none or config.audio is "off"
     hearing.stats()      # {"audio_s_in", "utterances", "asr_s"}
@@ -31,10 +32,11 @@ log = logging.getLogger("streamvid")
 
 
 class Hearing:
-    def __init__(self, stream: Stream, recognizer: Recognizer):
+    def __init__(self, stream: Stream, recognizer: Recognizer, voice_events: bool = False):
         self.stream = stream
         self.listener = Listener(recognizer, on_utterance=stream.hear, on_heard=stream.heard,
-                                 name=f"streamvid-listen-{stream.id}", hint=stream.config.wake_word)
+                                 name=f"streamvid-listen-{stream.id}", hint=stream.config.wake_word,
+                                 on_voice=stream.voice if voice_events else None)
         self._reader: threading.Thread | None = None
         self._stop = threading.Event()
         self._pushed_end: float | None = None  # input time where the last pushed sound ended
@@ -64,6 +66,10 @@ class Hearing:
 
     def finish(self) -> None:
         self.listener.finish()
+
+    def set_silence(self, silence_s: float) -> None:
+        """How long a pause ends an utterance (the voice detector's `silence_s`), from the next one on."""
+        self.listener.segmenter.silence_s = silence_s
 
     def read(self, chunks: Iterator[AudioChunk], clock: Callable[[], float | None] | None = None) -> None:
         """Read `chunks` on a thread into the listener. With `clock` (the monotonic time stream time 0 is played

@@ -46,7 +46,7 @@ from streamvid.memory import LongTermMemory
 from streamvid.proactive import FiringRule
 from streamvid.reasoning import Answering, Reasoning, Trigger
 from streamvid.speech_triggers import heard_condition
-from streamvid.types import Alert, Frame, Output, Question, Status, Transcript, Utterance
+from streamvid.types import Alert, Frame, Output, Question, Status, Transcript, Utterance, VoiceActivity
 from streamvid.wake_word import addressed
 
 
@@ -137,13 +137,22 @@ class Stream:
         self.on_work()
 
     def spoken(self, utterance: Utterance) -> None:
-        """A question heard after the wake word (scheduler's): its transcript, then the question, asked when the
-        speaker stopped (a {"type": "status", "event": "question_refused"} when it cannot be asked)."""
-        self.emit(Transcript(round(utterance.t_s, 3), round(utterance.t_end_s, 3), utterance.text))
+        """A question heard after the wake word (scheduler's): asked when the speaker stopped, and its transcript with
+        the question's id (`question_id`); a {"type": "status", "event": "question_refused"} after the transcript when
+        it cannot be asked."""
+        transcript = Transcript(round(utterance.t_s, 3), round(utterance.t_end_s, 3), utterance.text)
         try:
-            self.ask(utterance.question, t_s=utterance.t_end_s)
+            qid = self.ask(utterance.question, t_s=utterance.t_end_s)
         except (ValueError, BusyError) as e:
+            self.emit(transcript)
             self.emit(Status("question_refused", round(utterance.t_end_s, 3), {"reason": str(e)}))
+            return
+        self.emit(dataclasses.replace(transcript, question_id=qid))
+
+    def voice(self, event: str, t_s: float) -> None:
+        """The voice detector's edge in pushed sound (listener's thread): a {"type": "voice_activity"} output."""
+        if not self.closed:
+            self.emit(VoiceActivity(event, round(t_s, 3)))
 
     def heard(self, t_s: float) -> None:
         """The sound is transcribed up to input time `t_s` (infinity once it has ended): what a replay's frames

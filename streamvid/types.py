@@ -94,9 +94,21 @@ class Transcript(Output):
     """An utterance heard in the stream's sound."""
 
     kind: ClassVar[str] = "transcript"
+    _optional: ClassVar[tuple[str, ...]] = ("question_id",)
     t_s: float
     t_end_s: float
     text: str
+    question_id: str | None = None  # the question it asked (words after the wake word)
+
+
+@dataclass(frozen=True)
+class VoiceActivity(Output):
+    """The voice detector's edge in pushed sound, as soon as it is seen: "speech_started" or "speech_stopped" (the
+    utterance's transcript comes once it is recognised)."""
+
+    kind: ClassVar[str] = "voice_activity"
+    event: str
+    t_s: float
 
 
 @dataclass(frozen=True)

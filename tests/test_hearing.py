@@ -170,6 +170,18 @@ def test_segmenter_cuts_where_its_probabilities_say():
     out += seg.flush()
     assert [(u.t_s, u.t_end_s) for u in out] == [(round(25 * WINDOW / RATE, 3), round(45 * WINDOW / RATE, 3))]
     assert seg.heard_until_s == pytest.approx(len(x) / RATE)
+    # its edges: started at the first speech window; stopped at the end of the last, and for a stretch too short
+    # to be an utterance (window 70: 32 ms) as well
+    assert seg.take_events() == [("speech_started", round(25 * WINDOW / RATE, 3)),
+                                 ("speech_stopped", round(45 * WINDOW / RATE, 3))]
+    assert seg.take_events() == []
+    probs2 = np.zeros(40)
+    probs2[10] = 0.9
+    seen2 = iter(probs2)
+    short = Segmenter(silence_s=0.5, pad_s=0.0, probabilities=lambda x: np.array([next(seen2) for _ in range(len(x) // WINDOW)]))
+    assert short.feed(AudioChunk(0.0, np.zeros(40 * WINDOW, np.float32))) == []
+    assert short.take_events() == [("speech_started", round(10 * WINDOW / RATE, 3)),
+                                   ("speech_stopped", round(11 * WINDOW / RATE, 3))]
 
 
 # ---- conditions and words ----------------------------------------------------------------------------------

@@ -242,3 +242,64 @@ def test_a_question_spoken_on_the_socket_is_answered_in_text_and_speech(server, 
             assert (len(audio) > 0) == bool(re.search(r"[a-z]", answer["text"], re.I))
     finally:
         http.delete(f"/v1/streams/{sid}")
+
+
+def test_server_vad_on_the_socket_tells_speech_edges_and_answers_the_wake_word(server, http, tmp_path):
+    """Turn detection on (the default): the voice detector's edges as speech_started / speech_stopped at the times
+    the speech is in the pushed sound (found here from the samples themselves), the stream's own speech as a
+    transcript only, and speech after the wake word as a committed item with its transcription (same item_id as
+    its speech_started) and a spoken response; silence_duration_ms is echoed, and refused out of range."""
+    sid = http.post("/v1/streams", json={"source": "push"}).json()["id"]
+    plain = _speech(tmp_path, "the star is blue", 24000)
+    asked = _speech(tmp_path, "assistant, what colour is the star", 24000)
+
+    def voiced_ms(x, offset):
+        loud = np.flatnonzero(np.abs(x.astype(np.int32)) > 300)
+        return offset + loud[0] / 24, offset + loud[-1] / 24
+
+    plain_ms, asked_ms = voiced_ms(plain, 0.0), voiced_ms(asked, len(plain) / 24)
+    try:
+        with websockets_sync.connect(server.replace("http://", "ws://") + f"/v1/streams/{sid}/realtime") as ws:
+            def until(kind, pred=lambda m: True):
+                got = []
+                while True:
+                    m = strict_json(ws.recv(timeout=120))
+                    got.append(m)
+                    if m["type"] == kind and pred(m):
+                        return got
+            ws.send(json.dumps({"type": "session.update", "session": {"turn_detection": {
+                "type": "server_vad", "silence_duration_ms": 50}}}))
+            assert "silence_duration_ms" in until("error")[-1]["message"]
+            ws.send(json.dumps({"type": "session.update", "session": {"turn_detection": {
+                "type": "server_vad", "silence_duration_ms": 600}}}))
+            assert until("session.updated")[-1]["session"]["turn_detection"] == {
+                "type": "server_vad", "silence_duration_ms": 600}
+            raw = np.concatenate([plain, asked]).tobytes()
+            for i in range(0, len(raw), 9600):
+                ws.send(json.dumps({"type": "input_audio_buffer.append", "t_s": i / 48000,
+                                    "audio": base64.b64encode(raw[i:i + 9600]).decode()}))
+            got = until("response.done")
+    finally:
+        http.delete(f"/v1/streams/{sid}")
+    started = [m for m in got if m["type"] == "input_audio_buffer.speech_started"]
+    stopped = [m for m in got if m["type"] == "input_audio_buffer.speech_stopped"]
+    assert len(started) >= 2 and [m["item_id"] for m in started] == [m["item_id"] for m in stopped]
+    for voiced in (plain_ms, asked_ms):  # each stretch of speech starts and stops within it (32-ms windows)
+        edges = [(a["audio_start_ms"], b["audio_end_ms"]) for a, b in zip(started, stopped)
+                 if voiced[0] - 64 <= a["audio_start_ms"] <= voiced[1]]
+        assert edges and edges[-1][1] <= voiced[1] + 64, (voiced, edges)
+    transcripts = [m for m in got if m["type"] == "transcript"]
+    assert "question_id" not in transcripts[0] and "blue" in words(transcripts[0]["text"])
+    question = next(m for m in transcripts if m.get("question_id"))
+    committed = [m for m in got if m["type"] == "input_audio_buffer.committed"]
+    completed = next(m for m in got if m["type"] == "conversation.item.input_audio_transcription.completed")
+    assert len(committed) == 1 and committed[0]["item_id"] == completed["item_id"]
+    assert completed["item_id"] in {m["item_id"] for m in started if asked_ms[0] - 64 <= m["audio_start_ms"]}
+    assert {"star", "what"} <= set(words(completed["transcript"])) and completed["transcript"] == question["text"]
+    done = got[-1]["response"]
+    answer = next(m for m in got if m["type"] == "answer" and m["id"] == done["question_id"])
+    assert done["question_id"] == question["question_id"] and done["status"] == "completed"
+    text = "".join(m["delta"] for m in got if m["type"] == "response.output_text.delta")
+    assert text.strip() == answer["text"] == done["text"]
+    audio = b"".join(base64.b64decode(m["delta"]) for m in got if m["type"] == "response.output_audio.delta")
+    assert (len(audio) > 0) == bool(re.search(r"[a-z]", answer["text"], re.I))

@@ -8,7 +8,8 @@
 The thread (`streamvid-listen`) runs the voice activity detector (vad.Segmenter) and, for each utterance, the
 recogniser (asr.py); `on_utterance(Utterance)` gets every utterance with words, in time order, and then
 `on_heard(t)` the stream time before which every utterance has been handed over (vad.Segmenter.heard_until_s;
-infinity once the sound has ended). Recognition thus never runs on the engine's scheduler thread: a stream's
+infinity once the sound has ended); `on_voice(event, t)`, when given, the detector's edges as they are seen
+("speech_started", "speech_stopped": before the utterance is transcribed). Recognition thus never runs on the engine's scheduler thread: a stream's
 speech costs its ingest and answers nothing but the speech block's own short text forward.
 """
 
@@ -33,11 +34,13 @@ QUEUE_S = 8.0  # seconds of sound queued for the thread before `feed` waits
 class Listener:
     def __init__(self, recognizer: Recognizer, on_utterance: Callable[[Utterance], None],
                  on_heard: Callable[[float], None] = lambda t: None, segmenter: Segmenter | None = None,
-                 name: str = "streamvid-listen", hint: str | None = None):
+                 name: str = "streamvid-listen", hint: str | None = None,
+                 on_voice: Callable[[str, float], None] | None = None):
         self.recognizer = recognizer
         self.hint = hint or None  # a word speakers may say (the wake word): the recogniser is told
         self.on_utterance = on_utterance
         self.on_heard = on_heard
+        self.on_voice = on_voice  # the detector's edges: ("speech_started" | "speech_stopped", stream time)
         self.segmenter = segmenter or Segmenter()
         self._queue: queue.Queue[AudioChunk | None] = queue.Queue(maxsize=max(2, int(QUEUE_S / CHUNK_S)))
         self._closed = threading.Event()
@@ -94,16 +97,23 @@ class Listener:
                 except queue.Empty:
                     continue
                 if chunk is None:
-                    self._hear(self.segmenter.flush())
+                    self._hear(self._voiced(self.segmenter.flush()))
                     self.on_heard(float("inf"))
                     return
                 self.audio_s_in += len(chunk.samples) / RATE
-                self._hear(self.segmenter.feed(chunk))
+                self._hear(self._voiced(self.segmenter.feed(chunk)))
                 self.on_heard(self.segmenter.heard_until_s)
         except BaseException as e:  # noqa: BLE001 - the stream goes on without sound; its caller is told once
             self.error = e
             log.warning("listening stopped: %s", e)
             self.on_heard(float("inf"))
+
+    def _voiced(self, speech: list) -> list:
+        """`speech`, after telling on_voice the detector's edges (a stop before its utterance is transcribed)."""
+        for event, t_s in self.segmenter.take_events():
+            if self.on_voice is not None:
+                self.on_voice(event, t_s)
+        return speech
 
     def _hear(self, speech) -> None:
         for s in speech:

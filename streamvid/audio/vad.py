@@ -6,6 +6,7 @@ inside the faster-whisper wheel, run on 32 ms windows through onnxruntime).
         for utt in seg.feed(chunk):            # Speech(t_s, t_end_s, samples), each once its silence has come
             ...
     rest = seg.flush()                         # the end of the input: an utterance still open ends there
+    seg.take_events()                          # [("speech_started", t), ("speech_stopped", t)], since the last call
 
 An utterance starts at the first window whose speech probability reaches `threshold` (less `pad_s`), and ends
 once the probability has stayed under `threshold - 0.15` for `silence_s` (plus `pad_s`); one longer than
@@ -13,6 +14,9 @@ once the probability has stayed under `threshold - 0.15` for `silence_s` (plus `
 espeak-ng's voice (held-out ShapesWorld lines) Whisper tiny.en's word error rate was 0.41 with 0.2 s and 0.30
 with 0.4 s. `heard_until_s` is the stream time before which every utterance has been handed out: what a
 replay waits for before it encodes frames later than that, so speech and frames enter the window in time order.
+The detector's own edges (`take_events`) come as soon as they are seen: "speech_started" at the first speech
+window's time, "speech_stopped" at the end of the last one, once the silence after it has lasted `silence_s`
+(for every stretch of speech, also one too short to be an utterance).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import numpy as np
 from streamvid.audio.pcm import RATE, AudioChunk
 
 WINDOW = 512  # samples per VAD window (32 ms at 16 kHz), as the model takes them
+SILENCE_S = 0.5  # a pause this long ends an utterance
 
 
 @dataclass(frozen=True)
@@ -47,7 +52,7 @@ def silero():
 
 
 class Segmenter:
-    def __init__(self, threshold: float = 0.5, silence_s: float = 0.5, pad_s: float = 0.4,
+    def __init__(self, threshold: float = 0.5, silence_s: float = SILENCE_S, pad_s: float = 0.4,
                  min_speech_s: float = 0.2, max_s: float = 15.0, probabilities=None):
         self.threshold, self.off = threshold, max(0.01, threshold - 0.15)
         self.silence_s, self.pad_s, self.min_speech_s, self.max_s = silence_s, pad_s, min_speech_s, max_s
@@ -58,6 +63,12 @@ class Segmenter:
         self._start: int | None = None  # index in _buf of the open utterance's first speech window
         self._last_speech: int | None = None  # index in _buf just after the open utterance's last speech window
         self.heard_until_s = 0.0
+        self._events: list[tuple[str, float]] = []
+
+    def take_events(self) -> list[tuple[str, float]]:
+        """The detector's edges since the last call, in order: ("speech_started" | "speech_stopped", stream time)."""
+        events, self._events = self._events, []
+        return events
 
     def feed(self, chunk: AudioChunk) -> list[Speech]:
         if self._t0 is None or abs(self._t0 + len(self._buf) / RATE - chunk.t_s) > 0.05:
@@ -90,6 +101,7 @@ class Segmenter:
         if self._start is None:
             if p >= self.threshold:
                 self._start, self._last_speech = at, at + WINDOW
+                self._events.append(("speech_started", round(self._t0 + at / RATE, 3)))
             return []
         if p >= self.off:
             self._last_speech = at + WINDOW
@@ -101,6 +113,7 @@ class Segmenter:
 
     def _cut(self, end: int) -> list[Speech]:
         start, self._start, self._last_speech = self._start, None, None
+        self._events.append(("speech_stopped", round(self._t0 + end / RATE, 3)))
         pad = int(self.pad_s * RATE)
         lo, hi = max(0, start - pad), min(len(self._buf), end + pad)
         if (end - start) / RATE < self.min_speech_s:

@@ -365,6 +365,12 @@ class Hub(AlertAccess):
         self._check_running(s)
         return sound.push_sound(s, body, content_type, self.config, rate, t_s)
 
+    def set_silence(self, sid: str, silence_s: float) -> None:
+        """How long a pause ends an utterance in the sound pushed to `sid` (sound.py)."""
+        s = self.get(sid)
+        self._check_running(s)
+        sound.set_silence(s, self.config, silence_s)
+
     def ask(self, sid: str, text: object, dialogue: list[tuple[str, str]] | None = None,
             t_s: float | None = None) -> str:
         """Queue a question about the stream at its current time (or `t_s`); its id. Busy when the queue is full,

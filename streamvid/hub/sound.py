@@ -3,9 +3,11 @@ a WAV body, or raw PCM16 mono at a given rate, heard by the stream's own listene
 
     heard = push_sound(s, body, "audio/wav", config)                       # {"t_s", "t_end_s", "utterances"}
     heard = push_sound(s, raw, "audio/pcm", config, rate=24000, t_s=12.0)
+    set_silence(s, config, 0.8)             # a pause of 0.8 s ends an utterance (a socket's turn detection)
 
 Sound goes to push streams only (a file, camera or URL stream hears its own). Its time is the client's `t_s`, or
 where the last push ended (the stream's newest frame for the first). Refusals are the hub's errors, one line each.
+The voice detector's edges in pushed sound are the stream's {"type": "voice_activity"} outputs.
 """
 
 from __future__ import annotations
@@ -55,11 +57,7 @@ def spoken_question(config, data: bytes, fmt: object) -> str:
 def push_sound(s: HubStream, body: bytes, content_type: str | None, config, rate: int | None = None,
                t_s: float | None = None) -> dict:
     kind = media_type(content_type)
-    if s.push is None:
-        raise Conflict(f"stream {s.id} plays {s.source!r}, which is heard from its own sound track: sound can only "
-                       f"be pushed to a \"push\" stream")
-    if config.audio == "off":
-        raise Conflict("this server does not hear sound (--audio off)")
+    _check_pushable(s, config)
     try:
         if kind == "pcm":
             if rate is None:
@@ -67,14 +65,33 @@ def push_sound(s: HubStream, body: bytes, content_type: str | None, config, rate
             samples = pcm16_samples(body, rate)
         else:
             samples = wav_samples(body)
-        with s.lock:  # the stream's listener from the first push on (its assistant closes it)
-            if s.sa.hearing is None:
-                s.sa.hearing = Hearing(s.sa.stream, load_recognizer(config.asr, asr_device(config)))
-            hearing = s.sa.hearing
-        start = hearing.push(samples, t_s)
+        start = _hearing(s, config).push(samples, t_s)
     except BusyError as e:
         raise Busy(str(e)) from None
     except ValueError as e:
         raise Refused(str(e)) from None
     return {"t_s": round(start, 3), "t_end_s": round(start + len(samples) / RATE, 3),
             "utterances": s.sa.stream.utterances}
+
+
+def set_silence(s: HubStream, config, silence_s: float) -> None:
+    """How long a pause ends an utterance in the sound pushed to `s` (a realtime socket's `silence_duration_ms`)."""
+    _check_pushable(s, config)
+    _hearing(s, config).set_silence(silence_s)
+
+
+def _check_pushable(s: HubStream, config) -> None:
+    if s.push is None:
+        raise Conflict(f"stream {s.id} plays {s.source!r}, which is heard from its own sound track: sound can only "
+                       f"be pushed to a \"push\" stream")
+    if config.audio == "off":
+        raise Conflict("this server does not hear sound (--audio off)")
+
+
+def _hearing(s: HubStream, config) -> Hearing:
+    """The stream's listener from the first push on (its assistant closes it); the voice detector's edges are its
+    voice_activity outputs."""
+    with s.lock:
+        if s.sa.hearing is None:
+            s.sa.hearing = Hearing(s.sa.stream, load_recognizer(config.asr, asr_device(config)), voice_events=True)
+        return s.sa.hearing

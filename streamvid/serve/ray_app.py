@@ -61,8 +61,8 @@ from streamvid.serve.service import HubService
 
 log = logging.getLogger(__name__)
 
-CALLS = ("open", "list", "count", "status", "close", "push", "push_audio", "spoken_question", "question", "watch",
-         "watches", "unwatch", "alerts", "alert", "alert_snapshot", "alert_clip", "frame_jpeg")
+CALLS = ("open", "list", "count", "status", "close", "push", "push_audio", "set_silence", "spoken_question", "question",
+         "watch", "watches", "unwatch", "alerts", "alert", "alert_snapshot", "alert_clip", "frame_jpeg")
 STREAMS = ("ask", "events")
 _ID = re.compile(r"^r(\d+)\.([0-9a-f]+)-")
 RAY_ERRORS = (RayError, RayServeException)
@@ -229,6 +229,9 @@ class RayBackend:
 
     async def spoken_question(self, sid: str, data: bytes, fmt: object) -> str:
         return await self._on(sid, "spoken_question", data, fmt)
+
+    async def set_silence(self, sid: str, silence_s: float) -> None:
+        return await self._on(sid, "set_silence", silence_s)
 
     async def question(self, sid: str, text: object) -> dict:
         return await self._on(sid, "question", text)

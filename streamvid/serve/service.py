@@ -83,6 +83,9 @@ class HubService:
                          t_s: float | None = None) -> dict:
         return await asyncio.to_thread(self.hub.push_audio, sid, data, content_type, rate, t_s)
 
+    async def set_silence(self, sid: str, silence_s: float) -> None:
+        return await asyncio.to_thread(self.hub.set_silence, sid, silence_s)
+
     async def question(self, sid: str, text: object) -> dict:
         """Queue a question without waiting for its answer (the realtime socket's); {"id": qid}."""
         return {"id": self.hub.ask(sid, text)}

@@ -1,20 +1,24 @@
-"""Talking to a stream over the realtime socket, with OpenAI Realtime's event names: a spoken question (push to
-talk: audio appended, then committed) is transcribed, asked, and answered in text and speech as it is generated.
+"""Talking to a stream over the realtime socket, with OpenAI Realtime's event names: a spoken question is
+transcribed, asked, and answered in text and in speech as the answer is generated.
 
-Client events (with turn detection off, `session.update` `{"session": {"turn_detection": null}}`):
+Turn detection on (`server_vad`, the default; `session.update` `{"session": {"turn_detection": {"type":
+"server_vad", "silence_duration_ms": 500}}}`): appended audio is the stream's own sound (hub/sound.py). The voice
+detector's edges come as they are seen, `input_audio_buffer.speech_started {"audio_start_ms", "item_id"}` and
+`input_audio_buffer.speech_stopped {"audio_end_ms", "item_id"}` (stream times in ms); an utterance is a
+{"type": "transcript"} output, and one that starts with the wake word is a question: `input_audio_buffer.committed`,
+`conversation.item.input_audio_transcription.completed` and its response follow (same item_id).
+
+Turn detection off (`"turn_detection": null`, push to talk):
     input_audio_buffer.append {"audio": b64 PCM16}   buffered as the question being spoken (24 kHz)
     input_audio_buffer.commit                        the buffered audio is a question: transcribed and asked
     input_audio_buffer.clear                         the buffer is dropped
-    response.cancel                                  the answer being spoken stops (a new commit stops it too)
-Server events:
-    session.updated, input_audio_buffer.committed {"item_id"}, input_audio_buffer.cleared,
-    conversation.item.input_audio_transcription.completed {"item_id", "transcript"},
+A response, either way:
     response.output_text.delta {"response_id", "delta"}, response.output_audio_transcript.delta {"response_id",
     "delta"} (each sentence as it is spoken), response.output_audio.delta {"response_id", "delta": b64 PCM16 24 kHz},
     response.done {"response": {"id", "status": "completed" | "cancelled", "question_id", "text"}}
-
-With turn detection on (`server_vad`, the default) appended audio is the stream's own sound (hub/sound.py): its
-utterances are transcripts, and those that start with the wake word are questions.
+`response.cancel` stops the answer being spoken, and so does a new spoken question (it is answered instead).
+Other server events: session.updated, input_audio_buffer.committed {"item_id"}, input_audio_buffer.cleared,
+conversation.item.input_audio_transcription.completed {"item_id", "transcript"}.
 """
 
 from __future__ import annotations
@@ -25,20 +29,24 @@ import io
 import secrets
 import wave
 
+from streamvid.audio.vad import SILENCE_S
 from streamvid.hub.errors import Conflict, Refused
 from streamvid.serve.speech_route import server_voice
 from streamvid.spoken import Speaker
 
 MAX_BUFFER_S = 120.0  # seconds of a spoken question
+SILENCE_MS = (100, 5000)  # the silence_duration_ms a session may set
 
 
 class VoiceTurns:
     def __init__(self, backend, sid: str, send, rate: int = 24000):
         self.backend, self.sid, self.send, self.rate = backend, sid, send, rate
         self.manual = False  # turn detection off: appended audio is the question being spoken
+        self.silence_ms = round(SILENCE_S * 1000)  # server VAD: the pause that ends an utterance
         self.buffer = bytearray()
         self.response: dict | None = None  # {"id", "qid", "speaker", "text"}
         self._early: list[dict] | None = None  # the stream's outputs while a question is being queued
+        self._speech: list[dict] = []  # server VAD: the newest stretches of speech {"item_id", "start", "end"}
         self.loop = asyncio.get_running_loop()
 
     async def update(self, session: object) -> dict:
@@ -48,12 +56,20 @@ class VoiceTurns:
             td = session["turn_detection"]
             if td is not None and not (isinstance(td, dict) and td.get("type") == "server_vad"):
                 raise Refused('turn_detection must be null (commit by hand) or {"type": "server_vad"}')
+            if td is not None and "silence_duration_ms" in td:
+                ms = td["silence_duration_ms"]
+                if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not SILENCE_MS[0] <= ms <= SILENCE_MS[1]:
+                    raise Refused(f"silence_duration_ms must be a number from {SILENCE_MS[0]} to {SILENCE_MS[1]}, "
+                                  f"got {str(ms)[:20]}")
+                await self.backend.set_silence(self.sid, ms / 1000)
+                self.silence_ms = ms
             self.manual = td is None
         fmt = session.get("input_audio_format", "pcm16")
         if fmt != "pcm16":
             raise Refused(f'input_audio_format must be "pcm16", got {str(fmt)[:20]!r}')
         return {"type": "session.updated", "session": {
-            "turn_detection": None if self.manual else {"type": "server_vad"}, "input_audio_format": "pcm16"}}
+            "turn_detection": None if self.manual else {"type": "server_vad", "silence_duration_ms": self.silence_ms},
+            "input_audio_format": "pcm16"}}
 
     def append(self, data: bytes) -> None:
         if len(self.buffer) + len(data) > MAX_BUFFER_S * self.rate * 2:
@@ -84,6 +100,13 @@ class VoiceTurns:
         except BaseException:
             self._early = None
             raise
+        await self._respond(qid)
+        early, self._early = self._early, None
+        for item in early:
+            await self.on_item(item)
+
+    async def _respond(self, qid: str) -> None:
+        """The answer to question `qid`, spoken sentence by sentence as it comes (on_item)."""
         rid = f"resp_{secrets.token_hex(8)}"
         try:
             voice = await asyncio.to_thread(server_voice, self.backend.options.tts)
@@ -94,9 +117,6 @@ class VoiceTurns:
             on_sentence=lambda s: self._later({"type": "response.output_audio_transcript.delta", "response_id": rid,
                                                "delta": s}))
         self.response = {"id": rid, "qid": qid, "speaker": speaker, "text": ""}
-        early, self._early = self._early, None
-        for item in early:
-            await self.on_item(item)
 
     async def cancel(self, quiet: bool = False) -> None:
         r, self.response = self.response, None
@@ -112,6 +132,8 @@ class VoiceTurns:
         if self._early is not None:
             self._early.append(item)
             return
+        if not self.manual and item.get("type") in ("voice_activity", "transcript"):
+            await self._heard(item)
         r = self.response
         if r is None or item.get("id") != r["qid"]:
             return
@@ -124,6 +146,33 @@ class VoiceTurns:
             r["text"] = item.get("text", r["text"])
             r["speaker"].finish()
             asyncio.create_task(self._finish(r))  # the pump goes on while the rest is spoken
+
+    async def _heard(self, item: dict) -> None:
+        """Server VAD: the voice detector's edges as OpenAI Realtime's speech_started / speech_stopped, and a
+        question heard after the wake word as a committed item, its transcription and a response."""
+        t_ms = int(round(float(item.get("t_s") or 0.0) * 1000))
+        if item["type"] == "voice_activity" and item.get("event") == "speech_started":
+            self._speech = [*self._speech[-15:], {"item_id": f"item_{secrets.token_hex(8)}", "start": t_ms, "end": None}]
+            await self.send({"type": "input_audio_buffer.speech_started", "audio_start_ms": t_ms,
+                             "item_id": self._speech[-1]["item_id"]})
+        elif item["type"] == "voice_activity" and item.get("event") == "speech_stopped" and self._speech:
+            self._speech[-1]["end"] = t_ms
+            await self.send({"type": "input_audio_buffer.speech_stopped", "audio_end_ms": t_ms,
+                             "item_id": self._speech[-1]["item_id"]})
+        elif item["type"] == "transcript" and item.get("question_id"):
+            item_id = self._item_of(t_ms, int(round(float(item.get("t_end_s") or 0.0) * 1000)))
+            await self.send({"type": "input_audio_buffer.committed", "item_id": item_id})
+            await self.send({"type": "conversation.item.input_audio_transcription.completed", "item_id": item_id,
+                             "transcript": item.get("text", "")})
+            await self.cancel(quiet=True)  # a new question stops the answer being spoken
+            await self._respond(item["question_id"])
+
+    def _item_of(self, start_ms: int, end_ms: int) -> str:
+        """The item of the stretch of speech inside the utterance [start_ms, end_ms] (padded by the detector)."""
+        for speech in reversed(self._speech):
+            if start_ms <= speech["start"] <= end_ms:
+                return speech["item_id"]
+        return f"item_{secrets.token_hex(8)}"
 
     async def _finish(self, r: dict) -> None:
         await asyncio.to_thread(r["speaker"].wait, 120.0)
