@@ -12,6 +12,8 @@
     inputs.py      what a page may open: the hub's source policy plus its uploads and the operator's --video
     login.py       password length, and repeated failed logins slowed down
     uploads.py     uploads removed when their session is done with them, the folders kept under a quota
+    voice.py       answers and alerts spoken sentence by sentence, interrupted by a new question; "hold to talk"
+    voice_ui.py    the page's player and its "Speak answers", "Stop speaking" and "Hold to talk" controls
     chat.py        the wording of each chat line: stream times as clocks, answers, alerts, remarks, errors
 
 Layout and callbacks only: no model logic and no torch here. Streams, sources, frames, validation, the push clock

@@ -1,6 +1,7 @@
 """`streamvid demo`: the web app's command, plugged into the `streamvid` command line.
 
-    streamvid demo [--model M] [--video V] [--host 127.0.0.1] [--port 7860] [--auth USER:PASS] [engine flags]
+    streamvid demo [--model M] [--video V] [--host 127.0.0.1] [--port 7860] [--auth USER:PASS] [--tts auto]
+                   [engine flags]
 
 The library's parser (`streamvid.cli.build_parser`) adds the commands registered under the `streamvid.commands`
 entry point group (pyproject.toml); `register` is this package's. The library never imports the app: the app
@@ -19,6 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     from streamvid.cli_engine import add_engine_args
     from streamvid.hub.images import DEFAULT_MAX_PIXELS
     from streamvid_app.inputs import MAX_UPLOAD_MB
+    from streamvid.voices import best_voice
 
     dm = sub.add_parser("demo", help="the web assistant: webcam, demo clips, uploads, URLs; chat, alerts, API")
     dm.add_argument("--video", default=None, help="a video file, URL or cam:N to offer first (default: demo clips)")
@@ -43,6 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="let URLs reach loopback, LAN and other non-public addresses (cameras on your network)")
     dm.add_argument("--max-outage-s", type=float, default=300.0,
                     help="give up on a URL that sends no frames for this long (it is reopened until then)")
+    dm.add_argument("--tts", default="auto", metavar="VOICE",
+                    help=f"the voice that speaks answers and alerts on the page: auto (the best installed here: "
+                         f"{best_voice()}; none: the page does not speak), off, espeak-ng, piper, or a transformers "
+                         f"text-to-speech checkpoint (HF id or directory)")
     add_engine_args(dm)
     dm.set_defaults(func=cmd_demo)
 
@@ -56,11 +62,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from streamvid_app.manager import SessionManager
     from streamvid_app.server import check_bind, launch, upload_folder
     from streamvid_app.ui import build_demo
+    from streamvid_app.voice import page_voice
 
     auth = args.auth if args.auth is not None else os.environ.get("STREAMVID_AUTH") or None
     creds = check_bind(args.host, auth)  # refused before the model is loaded
     cfg = engine_config(args)
     check_model(cfg.model)
+    voice = page_voice(args.tts)  # a voice named but not installed: one line, before the model loads
     cap_decoded_pixels(args.max_frame_pixels)  # the web framework decodes webcam frames itself
     # this server's own upload folder (under $GRADIO_TEMP_DIR when set), removed with everything in it at shutdown
     previous = os.environ.get("GRADIO_TEMP_DIR")
@@ -76,7 +84,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                                             max_upload_mb=args.max_upload_mb, operator_video=args.video,
                                             max_sessions=args.max_sessions,
                                             max_sessions_per_client=args.max_sessions_per_client,
-                                            upload_quota_mb=args.upload_quota_mb)
+                                            upload_quota_mb=args.upload_quota_mb, voice=voice)
         try:
             launch(build_demo(manager), host=args.host, port=args.port, auth=creds,
                    max_upload_mb=args.max_upload_mb)

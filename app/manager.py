@@ -41,7 +41,7 @@ class SessionManager:
 
     def __init__(self, hub: Hub, policy: SourcePolicy | None = None, max_sessions: int | None = None,
                  max_sessions_per_client: int | None = None, reap_every_s: float | None = None,
-                 upload_quota_mb: float = 2048.0):
+                 upload_quota_mb: float = 2048.0, voice=None):
         engine = hub.engine
         max_sessions = engine.max_streams if max_sessions is None else min(max_sessions, engine.max_streams)
         per_client = max(1, max_sessions // 2) if max_sessions_per_client is None else max_sessions_per_client
@@ -56,6 +56,7 @@ class SessionManager:
         self.idle_timeout_s = idle_s
         self.max_sessions, self.max_sessions_per_client = max_sessions, min(per_client, max_sessions)
         self.uploads = UploadFolders(self.policy.upload_dirs, upload_quota_mb)
+        self.voice = voice  # a streamvid.voices.Voice the sessions speak their answers with (voice.py), or None
         self._sessions: Registry[Session] = Registry("session", max_sessions, self.max_sessions_per_client)
         self._own_hub: Hub | None = None  # the hub `standalone` made: shut down with its engine at shutdown
         self._reaper = Periodic(self._reap_round, reap_every_s, name="streamvid-app-reaper",
@@ -105,7 +106,7 @@ class SessionManager:
         s = self._sessions.get(key, touch=False)
         if s is not None:
             return s, False
-        s = Session(key, self.hub, self.policy, client=client, uploads=self.uploads)
+        s = Session(key, self.hub, self.policy, client=client, uploads=self.uploads, voice=self.voice)
         return self._sessions.add(key, s), True
 
     def sessions(self) -> list[Session]:

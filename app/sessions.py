@@ -30,8 +30,6 @@ import threading
 import time
 from collections.abc import Iterator
 
-import numpy as np
-
 from streamvid.assistant import StreamingAssistant
 from streamvid.engine import EngineFull
 from streamvid.hub.errors import Busy, HubError, NotFound, Refused
@@ -41,6 +39,7 @@ from streamvid.types import Frame
 from streamvid_app.chat import model_name
 from streamvid_app.transcript import Stream, Transcript
 from streamvid_app.uploads import UploadFolders
+from streamvid_app.voice import PageVoice, TalkRecording, pcm16, spoken_question
 
 __all__ = ["Session", "SessionError", "SessionLimitError", "TRIGGERS_UNAVAILABLE", "triggers_available"]
 
@@ -56,7 +55,7 @@ def triggers_available() -> bool:
 
 class Session:
     def __init__(self, key: str, hub: Hub, policy: SourcePolicy, log_size: int = 1000, webcam_gap_s: float = 3.0,
-                 client: str = "", uploads: UploadFolders | None = None):
+                 client: str = "", uploads: UploadFolders | None = None, voice=None):
         self.key, self.hub, self.policy = key, hub, policy
         self.config, self.engine, self.adapter = hub.config, hub.engine, hub.engine.adapter
         self.uploads = uploads  # an uploaded video is removed once its stream stops
@@ -76,6 +75,8 @@ class Session:
         self._last_webcam_s: float | None = None
         self.narrate = self.config.narration.on  # remarks without being asked, for streams started from now on
         self.last_active_s = time.monotonic()
+        self.voice = PageVoice(voice) if voice is not None else None  # answers spoken on the page (voice.py)
+        self._talk = TalkRecording()  # "hold to talk": the microphone's sound is a question
 
     @property
     def version(self) -> int:
@@ -113,6 +114,8 @@ class Session:
             self._closed = True
             self._stop_stream()
             self._drop_prepared()
+        if self.voice is not None:
+            self.voice.close()
 
     def push_frame(self, image, t_s: float | None = None, webcam: bool = False) -> dict | None:
         """Offer one image (an RGB array, or an image file's path) to the running push stream (latest frame wins)
@@ -145,7 +148,11 @@ class Session:
         with self._cond:
             stream = self._running()
             t_s = stream.sa.latest_t_s
+            if self.voice is not None:  # a new question: what is being said stops, its answer is said instead
+                self.voice.interrupt()
             qid = self.hub.ask(stream.sid, question, t_s=t_s)
+            if self.voice is not None:
+                self.voice.asked(qid)
             self._asked[qid] = stream
             self._transcript.asked(stream, qid, question, t_s)
         return qid
@@ -270,18 +277,33 @@ class Session:
 
     def push_audio(self, rate: int, samples) -> dict | None:
         """Microphone sound (an int16 or float array, mono or channels last, at `rate` Hz) to the running push stream,
-        where the last sound ended; None when no push stream runs (the microphone is on before the webcam)."""
+        where the last sound ended; None when no push stream runs (the microphone is on before the webcam), or while
+        "hold to talk" is on: then the sound is the question `talk(False)` asks."""
         self.touch()
+        if self._talk.add(rate, samples):
+            return None
         stream = self._stream
         if stream is None or stream.target.kind != "push" or stream.closed or stream.sid is None:
             return None
-        x = np.asarray(samples)
-        if x.ndim == 2:
-            x = x.mean(axis=1)
-        if x.dtype.kind == "f":
-            x = np.clip(x, -1.0, 1.0) * 32767
-        raw = np.asarray(x, dtype="<i2").tobytes()
-        return self.hub.push_audio(stream.sid, raw, "audio/pcm", int(rate))
+        return self.hub.push_audio(stream.sid, pcm16(samples).tobytes(), "audio/pcm", int(rate))
+
+    def talk(self, on: bool) -> tuple[str, str] | None:
+        """"Hold to talk": on, the microphone's sound is recorded as a question (and what is being said stops); off,
+        its words are asked (the hub's recogniser, a leading wake word left out): (question, id), or None if it was
+        not on. Refused (one line) when no words were heard or no stream runs."""
+        self.touch()
+        if on:
+            self._talk.start()
+            if self.voice is not None:
+                self.voice.interrupt()
+            return None
+        wav = self._talk.stop()
+        if wav is None:
+            return None
+        with self._cond:
+            stream = self._running()
+        question = spoken_question(self.hub, stream.sid, wav)
+        return question, self.ask(question)
 
     @property
     def assistant(self) -> StreamingAssistant | None:
@@ -327,15 +349,23 @@ class Session:
         """Replace the current stream with a fresh one on `target` (with _lock held)."""
         self._check_open()
         self._stop_stream()
+        if self.voice is not None:
+            self.voice.reset()  # the new stream's answer ids start again
         sa = self._take_assistant()
         stream = Stream(sa, target, label, webcam)
         with self._cond:  # the stream's first outputs wait for it to be the session's
             stream.sid = self.hub.open(target, client=self.client, assistant=sa,
-                                       listener=lambda item: self._transcript.on_item(stream, item))["id"]
+                                       listener=lambda item: self._on_output(stream, item))["id"]
             self._stream = stream
             self._asked = {}  # ids restart with the new assistant
             event = self._transcript.started(label)
         return {**event, "triggers": self.triggers()}
+
+    def _on_output(self, stream: Stream, item: dict) -> None:
+        """One output of `stream` (its fan-out thread): to the transcript, and to the voice while it is current."""
+        self._transcript.on_item(stream, item)
+        if self.voice is not None and not stream.closed:
+            self.voice.on_item(item)
 
     def _asked_on(self, qid: str) -> Stream:
         """The stream question `qid` was last asked on (with _cond held)."""

@@ -8,8 +8,8 @@
 Every callback maps onto one `Session` method; a session belongs to the login user and gradio's session hash, so
 each browser tab and each `gradio_client.Client` has its own assistant (api.py: `session_key`). The page: inputs
 (webcam, demo clip, upload, URL), what the assistant sees with the stream time, live stats, a chat whose answers
-stream in marked with their stream time, standing "tell me when" conditions with an alert timeline. A `gr.Timer`
-refreshes the page once a second. The scriptable endpoints are api.py's.
+stream in marked with their stream time and are spoken aloud (voice_ui.py: "Speak answers", "Stop speaking", "Hold
+to talk"), standing "tell me when" conditions with an alert timeline. A `gr.Timer` refreshes the page once a second. The scriptable endpoints are api.py's.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from streamvid_app.chat import alert_text, clock, heard_text, model_name
 from streamvid_app.inputs import VIDEO_SUFFIXES
 from streamvid_app.manager import SessionManager
 from streamvid_app.sessions import triggers_available
+from streamvid_app.voice_ui import voice_panel, wire_voice
 
 REFRESH_S = 1.0  # how often the page's timer refreshes stats, preview, chat and timeline
 MIC_EVERY_S = 0.5  # how often the microphone's sound is sent
@@ -82,6 +83,7 @@ def build_demo(manager: SessionManager, ask_timeout_s: float = 120.0) -> gr.Bloc
                     question = gr.Textbox(placeholder="Ask about the stream, e.g. How many shapes are on screen?",
                                           show_label=False, scale=5, elem_id="sv-question")
                     ask_btn = gr.Button("Ask", variant="primary", scale=1, elem_id="sv-ask")
+                voice = voice_panel(manager)
                 watch = _trigger_panel(manager.config.narration.on)
                 timeline = gr.HTML(_timeline_html([], None), elem_id="sv-timeline")
                 alert_gallery = gr.Gallery(label="Alerts: the frame each fired on (click for its clip)", columns=6,
@@ -92,6 +94,7 @@ def build_demo(manager: SessionManager, ask_timeout_s: float = 120.0) -> gr.Bloc
                      gr.State(_UNSEEN))
         _wire_inputs(manager, inputs, page, fps)
         _wire_chat(manager, question, ask_btn, page, ask_timeout_s)
+        wire_voice(manager, voice, chat, ask_timeout_s)
         _wire_triggers(manager, watch, page)
         _wire_alerts(manager, page, alert_video)
         timer = gr.Timer(REFRESH_S)

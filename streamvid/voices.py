@@ -175,6 +175,12 @@ def available_voices() -> list[str]:
     return found
 
 
+def best_voice() -> str:
+    """The voice `--tts auto` picks, as the commands' --help name it: the best installed, or what to install."""
+    found = available_voices()
+    return found[0] if found else "none (apt-get install espeak-ng)"
+
+
 def to_pcm16(samples: np.ndarray) -> np.ndarray:
     """int16 samples of a float waveform (clipped to [-1, 1])."""
     return np.round(_as_samples(samples) * 32767.0).astype(np.int16)

@@ -77,14 +77,34 @@ def write_y4m(path: Path, clip: Path, seconds: float, scale: int = 4) -> Path:
     return path
 
 
-@pytest.fixture
-def served():
+def _serve(voice=None):
     from streamvid_app.server import launch, upload_folder
     from streamvid_app.ui import build_demo
 
     manager = SessionManager.standalone(EngineConfig.from_settings(frame_px=112, max_new_tokens=12),
-                                        upload_dirs=[upload_folder()])
+                                        upload_dirs=[upload_folder()], voice=voice)
     demo = launch(build_demo(manager), port=None, block=False)
+    return demo, manager
+
+
+@pytest.fixture
+def served():
+    demo, manager = _serve()
+    yield demo.local_url.rstrip("/"), manager
+    manager.shutdown()
+    demo.close()
+
+
+@pytest.fixture
+def served_speaking():
+    """The page with espeak-ng's voice: answers are spoken."""
+    from streamvid_app.voice import page_voice
+
+    if shutil.which("espeak-ng") is None:
+        if os.environ.get("STREAMVID_REQUIRE_SPEECH") == "1":
+            pytest.fail("STREAMVID_REQUIRE_SPEECH=1 but espeak-ng is not installed")
+        pytest.skip("espeak-ng is not installed")
+    demo, manager = _serve(page_voice("espeak-ng"))
     yield demo.local_url.rstrip("/"), manager
     manager.shutdown()
     demo.close()
@@ -243,5 +263,43 @@ def test_an_alert_shows_its_frame_and_plays_its_clip_in_chromium(served, tmp_pat
             duration = page.evaluate("() => document.querySelector('#sv-alert-clip video').duration")
             cfg = manager.config.alert_media
             assert abs(duration - (cfg.before_s + cfg.after_s)) <= 1.0, duration
+        finally:
+            browser.close()
+
+
+def test_an_answer_is_spoken_on_the_page_in_chromium(served_speaking):
+    """A demo clip, a typed question: its answer is played by the page's player (#sv-voice), a WAV of the answer's
+    sentences that the browser decodes and plays (its time moves); "Stop speaking" stops it."""
+    chromium = _chromium()
+    from playwright.sync_api import sync_playwright
+
+    url, manager = served_speaking
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        try:
+            page = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            page.goto(url + "/", wait_until="load")
+            assert page.locator("#sv-speak input").is_checked()  # on by default with a voice installed
+            page.locator("#sv-start-clip").click()
+            page.wait_for_function("""() => {
+                const m = document.querySelector('#sv-stats')?.innerText.match(/frames in \\/ dropped\\s+(\\d+)/);
+                return m && parseInt(m[1]) >= 4; }""")
+            session = manager.sessions()[0]
+            page.locator("#sv-question textarea").fill("What colour is the star?")
+            page.locator("#sv-ask").click()
+            page.wait_for_function("""() => { const a = document.querySelector('#sv-voice audio');
+                return a && a.currentTime > 0 && /answer-\\d+\\.wav/.test(a.currentSrc); }""")
+            played = page.evaluate("""() => { const a = document.querySelector('#sv-voice audio');
+                return {src: a.currentSrc, duration: a.duration, error: a.error && a.error.code}; }""")
+            assert played["error"] is None and played["duration"] > 0.2, played
+            answer = [o for o in session.poll(0)["outputs"] if o["type"] == "answer"][-1]
+            assert [k for k, _ in session.voice.played][:1] == [answer["id"]]  # what plays is the answer's speech
+
+            page.locator("#sv-question textarea").fill("How many shapes are on screen? Answer at length please.")
+            page.locator("#sv-ask").click()
+            page.locator("#sv-stop-speaking").click()
+            page.wait_for_function("""() => { const a = document.querySelector('#sv-voice audio');
+                return !a || a.paused || a.ended; }""")
         finally:
             browser.close()

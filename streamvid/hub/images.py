@@ -13,6 +13,7 @@ PIL reads the size without decoding; a JPEG is decoded at a reduced scale when t
 from __future__ import annotations
 
 import io
+import re
 import warnings
 
 import numpy as np
@@ -78,8 +79,10 @@ def _read(fp, formats: tuple[str, ...], fmt: str | None, max_pixels: int, px: in
                 rgb = np.asarray(im.convert("RGB"))
     except Refused:
         raise
-    except Image.DecompressionBombError:
-        raise Refused(f"the image is above the {_cap(max_pixels)} cap (--max-frame-pixels)") from None
+    except Image.DecompressionBombError as e:  # PIL's process-wide cap (cap_decoded_pixels) saw it first
+        said = re.search(r"\((\d+) pixels\)", str(e))
+        size = f"{int(said.group(1)) / 1e6:.1f} MP, " if said else ""
+        raise Refused(f"the image is {size}above the {_cap(max_pixels)} cap (--max-frame-pixels)") from None
     except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as e:
         raise Refused(f"not a readable {' or '.join(formats)} image ({type(e).__name__})") from None
     return fit(rgb, px)

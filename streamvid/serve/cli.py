@@ -20,15 +20,9 @@ import sys
 import time
 
 
-
-def _best_voice() -> str:
-    from streamvid.voices import available_voices
-
-    found = available_voices()
-    return found[0] if found else "none (apt-get install espeak-ng)"
-
 def register(sub: argparse._SubParsersAction) -> None:
     from streamvid.cli_engine import add_engine_args
+    from streamvid.voices import best_voice
     s = sub.add_parser("serve", help="HTTP API: OpenAI-compatible chat about streams, SSE events, realtime WebSocket, "
                                      "Ray Serve replicas")
     s.add_argument("--host", default="127.0.0.1", help="address to bind; other than loopback needs --api-key")
@@ -67,7 +61,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--no-alert-media", action="store_true",
                    help="keep no snapshots and clips of alerts (alerts then carry no alert_id and no URLs)")
     s.add_argument("--tts", default="auto", metavar="VOICE",
-                   help=f"the voice of /v1/audio/speech: auto (the best installed here: {_best_voice()}), off, "
+                   help=f"the voice of /v1/audio/speech: auto (the best installed here: {best_voice()}), off, "
                         f"espeak-ng, piper, or a transformers text-to-speech checkpoint (HF id or directory)")
     s.add_argument("--ui", action="store_true", help="also serve the web app's page at / on the same engine")
     s.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
