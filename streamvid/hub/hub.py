@@ -44,17 +44,16 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
-from streamvid.assistant import BusyError, StreamingAssistant
+from streamvid.assistant import StreamingAssistant
 from streamvid.engine import EngineFull
 import streamvid.hub.alert_access as alert_access
 import streamvid.hub.fanout as fanout
-import streamvid.hub.images as images
+import streamvid.hub.pushed_frames as pushed_frames
 import streamvid.hub.sound as sound
 import streamvid.hub.validation as validation
 from streamvid.hub.alert_access import AlertAccess
-from streamvid.hub.errors import (Busy, Conflict, HubError, NotFound, Refused, StreamFailed, Timeout)
+from streamvid.hub.errors import Busy, Conflict, HubError, NotFound, Refused, Timeout
 from streamvid.hub.opening import OpenPool
 from streamvid.hub.options import HubOptions
 from streamvid.hub.policy import SourcePolicy, Target
@@ -331,27 +330,9 @@ class Hub(AlertAccess):
     def push(self, sid: str, image, content_type: str | None = None, t_s: float | None = None) -> dict:
         """One frame into a push stream at stream time `t_s` (None: the last frame's time plus the wall time since
         it): PNG/JPEG bytes (of `content_type` when given), an image file's path, or an RGB array; refused above
-        the pixel cap before it is decoded. {"frames_in", "frames_dropped", "t_s"}."""
-        s = self.get(sid)
-        if s.push is None:
-            raise Conflict(f"stream {sid} plays {s.source!r}: frames can only be pushed to a \"push\" stream")
-        cap, px = self.options.max_frame_pixels, self.config.frame_px
-        if isinstance(image, bytes | bytearray):
-            image = images.decode(bytes(image), content_type, cap, px)
-        elif isinstance(image, str | Path):
-            image = images.load(str(image), cap, px)
-        else:
-            image = images.prepare(image, cap, px)
-        self._check_running(s)
-        with s.lock:
-            now = time.monotonic()
-            t_s = validation.stream_time(t_s, after_s=s.last_t_s)
-            if t_s is None:
-                t_s = 0.0 if s.last_t_s is None else s.last_t_s + (now - s.last_push_s)
-            s.last_t_s, s.last_push_s = t_s, now
-            s.push.push(image, t_s)
-        st = s.sa.ingest_stats()
-        return {"frames_in": st["frames_in"], "frames_dropped": st["frames_dropped"], "t_s": round(t_s, 3)}
+        the pixel cap before it is decoded. {"frames_in", "frames_dropped", "t_s"} (pushed_frames.py)."""
+        return pushed_frames.push_frame(self.get(sid), image, content_type, t_s, self.options.max_frame_pixels,
+                                        self.config.frame_px)
 
     def spoken_question(self, sid: str, data: bytes, fmt: object) -> str:
         """The words of a recorded question about stream `sid` (an `input_audio` part), for its chat completion."""
@@ -362,13 +343,13 @@ class Hub(AlertAccess):
                    t_s: float | None = None) -> dict:
         """Sound into a push stream (sound.py): a WAV, or raw PCM16 at `rate`; {"t_s", "t_end_s", "utterances"}."""
         s = self.get(sid)
-        self._check_running(s)
+        s.check_running()
         return sound.push_sound(s, body, content_type, self.config, rate, t_s)
 
     def set_silence(self, sid: str, silence_s: float) -> None:
         """How long a pause ends an utterance in the sound pushed to `sid` (sound.py)."""
         s = self.get(sid)
-        self._check_running(s)
+        s.check_running()
         sound.set_silence(s, self.config, silence_s)
 
     def ask(self, sid: str, text: object, dialogue: list[tuple[str, str]] | None = None,
@@ -376,19 +357,19 @@ class Hub(AlertAccess):
         """Queue a question about the stream at its current time (or `t_s`); its id. Busy when the queue is full,
         Conflict while its source is still opening."""
         s = self.get(sid)
-        self._check_running(s)
+        s.check_running()
         if s.opening:
             raise Conflict(f"stream {sid} is still opening its source: ask once its state is \"live\"")
-        return self._on(s, lambda: s.sa.ask(text, t_s=t_s, dialogue=dialogue))
+        return s.guarded(lambda: s.sa.ask(text, t_s=t_s, dialogue=dialogue))
 
     def watch(self, sid: str, condition: object, **thresholds) -> dict:
         """A standing "tell me when ..." condition; `thresholds` (fire, reset: p(yes) in [0, 1]; None: the
         engine's) override its firing rule."""
         s = self.get(sid)
-        self._check_running(s)
+        s.check_running()
         given = {k: validation.number(v, k, 0.0, 1.0) for k, v in thresholds.items() if v is not None}
-        condition = self._on(s, lambda: clean(condition, "condition"))
-        return {"id": self._on(s, lambda: s.sa.watch(condition, **given)), "object": "watch", "condition": condition}
+        condition = s.guarded(lambda: clean(condition, "condition"))
+        return {"id": s.guarded(lambda: s.sa.watch(condition, **given)), "object": "watch", "condition": condition}
 
     def watches(self, sid: str) -> list[dict]:
         s = self.get(sid)
@@ -399,26 +380,6 @@ class Hub(AlertAccess):
         if not s.sa.unwatch(wid):
             raise NotFound(f"no watch {str(wid)[:100]!r} on stream {sid}")
         return {"id": wid, "object": "watch", "deleted": True}
-
-    def _check_running(self, s: HubStream) -> None:
-        if s.error is not None:
-            raise StreamFailed(f"stream {s.id} stopped with an error: {s.error}; close it and open another")
-        if s.done.is_set():
-            raise NotFound(f"stream {s.id} was deleted")
-
-    def _on(self, s: HubStream, fn: Callable):
-        """fn() on the stream's assistant, its refusals as the hub's errors: the one place a worker's failure
-        (RuntimeError) becomes StreamFailed."""
-        try:
-            return fn()
-        except BusyError as e:
-            raise Busy(str(e)) from None
-        except HubError:
-            raise
-        except ValueError as e:
-            raise Refused(str(e)) from None
-        except RuntimeError as e:
-            raise StreamFailed(f"stream {s.id} stopped with an error: {redact(str(e))}") from None
 
     # ---- readers ------------------------------------------------------------------------------------------
     def subscribe(self, sid: str, deltas: bool = False, loop=None, maxlen: int | None = None) -> Subscriber:

@@ -3,6 +3,8 @@
     s.state()     # "opening", "live", "ended", "failed" or "closed"
     s.info()      # {"id", "object": "stream", "source", "created", "fps", "state"} (+ session_dir, resumed)
     s.tap.last    # the last frame its assistant read (a page's preview)
+    s.check_running()                    # StreamFailed / NotFound once its work failed or it was deleted
+    s.guarded(lambda: s.sa.ask(text))    # a call on its assistant, the refusals as the hub's errors
 
 Thread contract: the hub's threads and its callers read and write the fields below `lock` under `lock`; `error`,
 `last_active_s` and `tap.last` are single assignments read from any thread.
@@ -14,7 +16,10 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from streamvid.hub.errors import Busy, HubError, NotFound, Refused, StreamFailed
 from streamvid.hub.session_folders import StreamSession
+from streamvid.hub.shown import redact
+from streamvid.stream import BusyError
 from streamvid.types import Frame
 
 
@@ -93,6 +98,27 @@ class HubStream:
         if self.done.is_set():
             return "closed"
         return "ended" if self.sa.ended else "live"
+
+    def check_running(self) -> None:
+        """StreamFailed once its work failed, NotFound once it was deleted."""
+        if self.error is not None:
+            raise StreamFailed(f"stream {self.id} stopped with an error: {self.error}; close it and open another")
+        if self.done.is_set():
+            raise NotFound(f"stream {self.id} was deleted")
+
+    def guarded(self, fn: Callable):
+        """fn() on its assistant, the refusals as the hub's errors: the one place a worker's failure (RuntimeError)
+        becomes StreamFailed."""
+        try:
+            return fn()
+        except BusyError as e:
+            raise Busy(str(e)) from None
+        except HubError:
+            raise
+        except ValueError as e:
+            raise Refused(str(e)) from None
+        except RuntimeError as e:
+            raise StreamFailed(f"stream {self.id} stopped with an error: {redact(str(e))}") from None
 
     def watched(self) -> bool:
         """Whether anyone reads its outputs now (a subscriber, or a listener): it counts as in use."""
