@@ -166,9 +166,10 @@ def test_webcam_question_and_timestamped_answer_in_chromium(served, tmp_path):
             browser.close()
 
 
-def test_microphone_captions_and_a_spoken_question_in_chromium(served, tmp_path):
+def test_microphone_captions_and_a_spoken_question_in_chromium(served_speaking, tmp_path):
     """The page's microphone (Chromium's fake capture playing a WAV) beside the webcam: what is said shows as a
-    caption under the picture, and "assistant, ..." is asked as a question whose answer comes in the chat."""
+    caption under the picture, and "assistant, ..." is asked as a question whose answer comes in the chat and is
+    played aloud by the page's player."""
     chromium = _chromium()
     import subprocess
     import wave
@@ -182,7 +183,7 @@ def test_microphone_captions_and_a_spoken_question_in_chromium(served, tmp_path)
         if os.environ.get("STREAMVID_REQUIRE_SPEECH") == "1":
             pytest.fail("STREAMVID_REQUIRE_SPEECH=1 but espeak-ng is not installed")
         pytest.skip("espeak-ng is not installed")
-    url, manager = served
+    url, manager = served_speaking
     cam = write_y4m(tmp_path / "shapes.y4m", DEMO_VIDEOS / "shapes_7" / "shapes_7.mp4", seconds=60.0)
     parts = []
     # "hey assistant": espeak-ng's bare "assistant" is often heard as "that's it"; this one always is heard
@@ -232,6 +233,10 @@ def test_microphone_captions_and_a_spoken_question_in_chromium(served, tmp_path)
             chat = page.locator("#sv-chat").inner_text()
             assert f"[{int(answer['t_s']) // 60:02d}:{int(answer['t_s']) % 60:02d}] " in chat
             assert page.locator("#sv-timeline .sv-heard").count() >= 1
+            if re.search(r"[a-z]", answer["text"], re.I):  # an answer with words is played aloud
+                page.wait_for_function("""() => { const a = document.querySelector('#sv-voice audio');
+                    return a && a.currentTime > 0 && /answer-\\d+\\.wav/.test(a.currentSrc); }""")
+                assert answer["id"] in [k for k, _ in session.voice.played]
         finally:
             browser.close()
 
