@@ -22,7 +22,8 @@ import pytest
 
 from streamvid.eval.wer import words
 from streamvid.serve import ServeOptions, build_app
-from serve_helpers import config, engine, running, strict_json, wait_until  # noqa: F401 - fixtures
+from conftest import random_frames
+from serve_helpers import config, engine, png, running, strict_json, wait_until  # noqa: F401 - fixtures
 
 websockets_sync = pytest.importorskip("websockets.sync.client")
 
@@ -303,3 +304,47 @@ def test_server_vad_on_the_socket_tells_speech_edges_and_answers_the_wake_word(s
     assert text.strip() == answer["text"] == done["text"]
     audio = b"".join(base64.b64decode(m["delta"]) for m in got if m["type"] == "response.output_audio.delta")
     assert (len(audio) > 0) == bool(re.search(r"[a-z]", answer["text"], re.I))
+
+
+def test_alerts_are_spoken_on_the_socket_unless_its_session_leaves_audio_out(server, http):
+    """A watch that fires at once (fire and reset thresholds 0: one alert): a socket with the default output
+    modalities gets it as a response of its own (its text as a text delta, its sentences' audio, response.done naming
+    the trigger and the alert), one that set output_modalities ["text"] gets only the alert message."""
+    sid = http.post("/v1/streams", json={"source": "push"}).json()["id"]
+    url = server.replace("http://", "ws://") + f"/v1/streams/{sid}/realtime"
+    try:
+        with websockets_sync.connect(url) as spoken, websockets_sync.connect(url) as quiet:
+            def until(ws, kind, got=None):
+                got = [] if got is None else got
+                while True:
+                    m = strict_json(ws.recv(timeout=120))
+                    got.append(m)
+                    if m["type"] == kind:
+                        return got
+            quiet.send(json.dumps({"type": "session.update", "session": {"output_modalities": ["text"]}}))
+            assert until(quiet, "session.updated")[-1]["session"]["output_modalities"] == ["text"]
+            quiet.send(json.dumps({"type": "session.update", "session": {"output_modalities": ["video"]}}))
+            assert "output_modalities" in until(quiet, "error")[-1]["message"]
+            spoken.send(json.dumps({"type": "watch", "condition": "a red circle", "fire": 0.0, "reset": 0.0}))
+            wid = until(spoken, "ack")[-1]["id"]
+            for i, image in enumerate(random_frames(4, seed=3)):
+                spoken.send(json.dumps({"type": "input_image", "image": base64.b64encode(png(image)).decode(),
+                                        "t_s": i / 2}))
+            got = until(spoken, "response.done")
+            heard_quietly = until(quiet, "alert")
+            quiet.send(json.dumps({"type": "question", "text": "What do you see?"}))
+            heard_quietly = until(quiet, "answer", heard_quietly)  # after the alert in the quiet socket's pump
+    finally:
+        http.delete(f"/v1/streams/{sid}")
+    alert = next(m for m in got if m["type"] == "alert")
+    done = got[-1]["response"]
+    assert done["question_id"] is None and done["trigger_id"] == wid == alert["trigger_id"]
+    assert done["alert_id"] == alert["alert_id"] and done["text"] == alert["text"] and done["status"] == "completed"
+    rid = done["id"]
+    text = "".join(m["delta"] for m in got if m["type"] == "response.output_text.delta" and m["response_id"] == rid)
+    said = " ".join(m["delta"] for m in got if m["type"] == "response.output_audio_transcript.delta"
+                    and m["response_id"] == rid)
+    audio = b"".join(base64.b64decode(m["delta"]) for m in got if m["type"] == "response.output_audio.delta"
+                     and m["response_id"] == rid)
+    assert text == alert["text"] and words(said) == words(alert["text"]) and len(audio) > 24000  # > 0.5 s of speech
+    assert not [m for m in heard_quietly if m["type"].startswith("response.")]

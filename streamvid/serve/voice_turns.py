@@ -17,6 +17,9 @@ A response, either way:
     "delta"} (each sentence as it is spoken), response.output_audio.delta {"response_id", "delta": b64 PCM16 24 kHz},
     response.done {"response": {"id", "status": "completed" | "cancelled", "question_id", "text"}}
 `response.cancel` stops the answer being spoken, and so does a new spoken question (it is answered instead).
+Alerts are spoken too, each as a response of its own (`response.done` names its `trigger_id` and `alert_id`, its
+`question_id` is null), after the response being spoken. With `"output_modalities": ["text"]` in `session.update`
+nothing is spoken (the default is ["text", "audio"]; with `--tts off`, text only and alerts are not responses).
 Other server events: session.updated, input_audio_buffer.committed {"item_id"}, input_audio_buffer.cleared,
 conversation.item.input_audio_transcription.completed {"item_id", "transcript"}.
 """
@@ -47,6 +50,8 @@ class VoiceTurns:
         self.response: dict | None = None  # {"id", "qid", "speaker", "text"}
         self._early: list[dict] | None = None  # the stream's outputs while a question is being queued
         self._speech: list[dict] = []  # server VAD: the newest stretches of speech {"item_id", "start", "end"}
+        self.audio_out = True  # "audio" in the session's output_modalities: answers and alerts are spoken
+        self._alerts: list[dict] = []  # alerts waiting for the response being spoken to end
         self.loop = asyncio.get_running_loop()
 
     async def update(self, session: object) -> dict:
@@ -64,12 +69,17 @@ class VoiceTurns:
                 await self.backend.set_silence(self.sid, ms / 1000)
                 self.silence_ms = ms
             self.manual = td is None
+        modalities = session.get("output_modalities", session.get("modalities"))
+        if modalities is not None:
+            if not (isinstance(modalities, list) and set(modalities) <= {"text", "audio"}):
+                raise Refused('output_modalities must be a list of "text" and "audio"')
+            self.audio_out = "audio" in modalities
         fmt = session.get("input_audio_format", "pcm16")
         if fmt != "pcm16":
             raise Refused(f'input_audio_format must be "pcm16", got {str(fmt)[:20]!r}')
         return {"type": "session.updated", "session": {
             "turn_detection": None if self.manual else {"type": "server_vad", "silence_duration_ms": self.silence_ms},
-            "input_audio_format": "pcm16"}}
+            "input_audio_format": "pcm16", "output_modalities": ["text", "audio"] if self.audio_out else ["text"]}}
 
     def append(self, data: bytes) -> None:
         if len(self.buffer) + len(data) > MAX_BUFFER_S * self.rate * 2:
@@ -105,18 +115,31 @@ class VoiceTurns:
         for item in early:
             await self.on_item(item)
 
-    async def _respond(self, qid: str) -> None:
-        """The answer to question `qid`, spoken sentence by sentence as it comes (on_item)."""
+    async def _respond(self, qid: str | None, alert: dict | None = None) -> dict:
+        """A response: the answer to question `qid`, spoken sentence by sentence as it comes (on_item), or `alert`
+        said at once."""
         rid = f"resp_{secrets.token_hex(8)}"
-        try:
-            voice = await asyncio.to_thread(server_voice, self.backend.options.tts)
-        except Conflict:  # --tts off: the answer in text only
-            voice = _Silent()
-        speaker = Speaker(voice, on_audio=lambda pcm: self._later(
+        voice = await self._voice()
+        speaker = Speaker(voice or _Silent(), on_audio=lambda pcm: self._later(
             {"type": "response.output_audio.delta", "response_id": rid, "delta": base64.b64encode(pcm).decode()}),
             on_sentence=lambda s: self._later({"type": "response.output_audio_transcript.delta", "response_id": rid,
                                                "delta": s}))
-        self.response = {"id": rid, "qid": qid, "speaker": speaker, "text": ""}
+        self.response = r = {"id": rid, "qid": qid, "speaker": speaker, "text": "", "alert": alert}
+        if alert is not None:
+            r["text"] = str(alert.get("text") or "")
+            await self.send({"type": "response.output_text.delta", "response_id": rid, "delta": r["text"]})
+            speaker.say(r["text"])
+            asyncio.create_task(self._finish(r))
+        return r
+
+    async def _voice(self):
+        """The server's voice (--tts), or None: --tts off, or the session's output_modalities leave audio out."""
+        if not self.audio_out:
+            return None
+        try:
+            return await asyncio.to_thread(server_voice, self.backend.options.tts)
+        except Conflict:  # --tts off: in text only
+            return None
 
     async def cancel(self, quiet: bool = False) -> None:
         r, self.response = self.response, None
@@ -134,6 +157,11 @@ class VoiceTurns:
             return
         if not self.manual and item.get("type") in ("voice_activity", "transcript"):
             await self._heard(item)
+        if item.get("type") == "alert" and await self._voice() is not None:
+            self._alerts.append(item)  # spoken once what is being said has been
+            if self.response is None:
+                await self._respond(None, self._alerts.pop(0))
+            return
         r = self.response
         if r is None or item.get("id") != r["qid"]:
             return
@@ -179,6 +207,8 @@ class VoiceTurns:
         if self.response is r:
             self.response = None
             await self.send(_done(r, "completed"))
+            if self._alerts:
+                await self._respond(None, self._alerts.pop(0))
 
     def _later(self, event: dict) -> None:
         """From the speaker's thread: send `event` on the socket's loop."""
@@ -197,5 +227,7 @@ class _Silent:
 
 
 def _done(r: dict, status: str) -> dict:
-    return {"type": "response.done", "response": {"id": r["id"], "status": status, "question_id": r["qid"],
-                                                  "text": r["text"]}}
+    response = {"id": r["id"], "status": status, "question_id": r["qid"], "text": r["text"]}
+    if r.get("alert") is not None:
+        response.update({k: r["alert"][k] for k in ("trigger_id", "alert_id") if k in r["alert"]})
+    return {"type": "response.done", "response": response}
