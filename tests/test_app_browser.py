@@ -201,7 +201,7 @@ def test_microphone_captions_and_a_spoken_question_in_chromium(served_speaking, 
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=chromium, args=[
             *CHROMIUM_FLAGS, f"--use-file-for-fake-video-capture={cam}",
-            f"--use-file-for-fake-audio-capture={mic}%noloop"])
+            f"--use-file-for-fake-audio-capture={mic}"])  # looped: a chunk a loaded machine drops comes again
         try:
             context = browser.new_context(viewport={"width": 1400, "height": 1000})
             context.grant_permissions(["camera", "microphone"], origin=url)
@@ -225,9 +225,9 @@ def test_microphone_captions_and_a_spoken_question_in_chromium(served_speaking, 
 
             wait_until(spoken_answer, what=f"an answer to the spoken question; heard: {session.heard()}")
             answer, heard = spoken_answer(), session.heard()
-            assert "keys" in heard[0]["text"].lower() and words(heard[-1]["text"])[:2] == ["hey", "assistant"]
-            assert answer["t_s"] == heard[-1]["t_end_s"]  # asked when the speaker stopped
-            assert words(answer["question"]) == words(heard[-1]["text"])[2:]  # the words after the wake word
+            asked = next(h for h in heard if h["t_end_s"] == answer["t_s"])  # asked when the speaker stopped
+            assert any("keys" in h["text"].lower() for h in heard) and words(asked["text"])[:2] == ["hey", "assistant"]
+            assert words(answer["question"]) == words(asked["text"])[2:]  # the words after the wake word
             page.wait_for_function("(q) => (document.querySelector('#sv-chat')?.innerText || '').includes(q)",
                                    arg=answer["question"])
             chat = page.locator("#sv-chat").inner_text()
