@@ -57,3 +57,17 @@ def test_answers_a_demo_clip_through_the_engine(tmp_path):
     assert len(answered) >= 20
     for row in answered:
         assert row["text"] in ANSWER_TYPES[family[row["event_id"]]], row
+
+
+def test_american_spellings_read_as_the_british_ones_it_was_trained_on():
+    """The bundled tokenizer (and every tiny one make-tiny builds) reads "color"/"gray" as "colour"/"grey": a
+    recogniser writes American spelling, and the model was trained on the British one only."""
+    from transformers import AutoTokenizer
+
+    from streamvid.checkpoints.tiny import build_tokenizer
+
+    for tok in (AutoTokenizer.from_pretrained(str(BUNDLED_MODEL)), build_tokenizer(600)):
+        british = tok("What colour is the star? Colours: grey. Gray! Color").input_ids
+        assert tok("What color is the star? Colors: gray. Gray! Color").input_ids == british
+        assert tok("What colour is the star? Colours: grey. Grey! Colour").input_ids == british
+        assert tok("decolor").input_ids != tok("decolour").input_ids  # whole words only

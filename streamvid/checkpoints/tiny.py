@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import (
     PreTrainedTokenizerFast,
     Qwen2_5_VLConfig,
@@ -57,8 +57,16 @@ What did you see at 02:15? What was the colour of the triangle? Which shape is t
 ANSWER_WORDS = "yes no nothing red green blue yellow purple orange circle square triangle star hexagon diamond"
 
 
+def spelling_normalizer() -> normalizers.Normalizer:
+    """American spellings of the words the model knows, as the British ones it is trained on ("color" ->
+    "colour", "gray" -> "grey"): a recogniser writes American spelling, and users type either."""
+    pairs = ((r"\bcolor", "colour"), (r"\bColor", "Colour"), (r"\bgray\b", "grey"), (r"\bGray\b", "Grey"))
+    return normalizers.Sequence([normalizers.Replace(Regex(a), b) for a, b in pairs])
+
+
 def build_tokenizer(vocab_size: int = 1000) -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.BPE())
+    tok.normalizer = spelling_normalizer()
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
