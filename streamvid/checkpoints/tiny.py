@@ -66,7 +66,6 @@ def spelling_normalizer() -> normalizers.Normalizer:
 
 def build_tokenizer(vocab_size: int = 1000) -> PreTrainedTokenizerFast:
     tok = Tokenizer(models.BPE())
-    tok.normalizer = spelling_normalizer()
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
@@ -77,6 +76,7 @@ def build_tokenizer(vocab_size: int = 1000) -> PreTrainedTokenizerFast:
     )
     answers = "\n".join(ANSWER_WORDS.split())  # answers open the assistant turn: whole words there too
     tok.train_from_iterator([CORPUS] * 4 + [answers] * 8, trainer=trainer)
+    tok.normalizer = spelling_normalizer()  # after training: the vocabulary is the corpus's, spellings and all
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         eos_token="<|im_end|>",
