@@ -23,7 +23,7 @@ import pytest
 from streamvid.eval.wer import words
 from streamvid.serve import ServeOptions, build_app
 from conftest import random_frames
-from serve_helpers import config, engine, png, running, strict_json, wait_until  # noqa: F401 - fixtures
+from serve_helpers import config, engine, frames_taken, png, running, strict_json, wait_until  # noqa: F401 - fixtures
 
 websockets_sync = pytest.importorskip("websockets.sync.client")
 
@@ -327,10 +327,13 @@ def test_alerts_are_spoken_on_the_socket_unless_its_session_leaves_audio_out(ser
             assert "output_modalities" in until(quiet, "error")[-1]["message"]
             spoken.send(json.dumps({"type": "watch", "condition": "a red circle", "fire": 0.0, "reset": 0.0}))
             wid = until(spoken, "ack")[-1]["id"]
-            for i, image in enumerate(random_frames(4, seed=3)):
-                spoken.send(json.dumps({"type": "input_image", "image": base64.b64encode(png(image)).decode(),
-                                        "t_s": i / 2}))
-            got = until(spoken, "response.done")
+            got = []
+            for i, image in enumerate(random_frames(8, seed=3)):  # each taken before the next (a push stream
+                spoken.send(json.dumps({"type": "input_image",   # keeps only the newest frame)
+                                        "image": base64.b64encode(png(image)).decode(), "t_s": i / 2}))
+                until(spoken, "ack", got)
+                wait_until(lambda n=i + 1: frames_taken(http, sid) >= n, what="the frame to reach the engine")
+            got = until(spoken, "response.done", got)
             heard_quietly = until(quiet, "alert")
             quiet.send(json.dumps({"type": "question", "text": "What do you see?"}))
             heard_quietly = until(quiet, "answer", heard_quietly)  # after the alert in the quiet socket's pump
