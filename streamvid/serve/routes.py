@@ -149,8 +149,9 @@ def create_app(get_backend: GetBackend, lifespan: Callable[[FastAPI], AbstractAs
     @app.get("/v1/streams/{sid}/events", dependencies=auth, response_class=StreamingResponse,
              responses={200: {"content": {"text/event-stream": {}}}})
     async def events(sid: str) -> StreamingResponse:
-        """Server-sent events, one per output of the stream: `event: alert|answer|narration|status|source_lost|
-        source_back` and `data:` the JSON object `streamvid run` prints; a comment line while nothing happens."""
+        """Server-sent events, one per output of the stream: `event: alert|answer|narration|transcript|
+        voice_activity|status|source_lost|source_back` and `data:` the JSON object `streamvid run` prints; a
+        comment line while nothing happens."""
         items = get_backend().events(sid)
         try:
             await anext(items)  # subscribed: an unknown stream is a 404 here, before the response starts
