@@ -5,6 +5,8 @@ loads, a resumed run continues bit-exactly, and the block side trains the tower'
 from __future__ import annotations
 
 import json
+import math
+import re
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ from streamvid.cli import build_parser
 from streamvid.reasoning import stream_times
 from streamvid.synth.world import COLOURS, generate
 from streamvid.training import data as train_data
+from streamvid.training.config import FAMILY_WEIGHTS
 from streamvid.training.train_tiny import CELL_PX, N_EVAL_TIMELINES, TrainConfig, TrainingData, train
 
 
@@ -43,8 +46,9 @@ def test_samples_follow_the_engine_layout(data):
     fpc = data.cfg.frames_per_chunk
     for _ in range(20):
         s = data.sample(4)
-        assert all(c[0] % fpc == 0 and len(c) == fpc for c in s["chunks"])  # chunks on the engine's grid
-        assert [c[0] for c in s["chunks"]] == sorted(c[0] for c in s["chunks"])  # time order
+        chunks = [c for c in s["chunks"] if not isinstance(c, str)]  # (speech blocks: test_speech_blocks_...)
+        assert all(c[0] % fpc == 0 and len(c) == fpc for c in chunks)  # chunks on the engine's grid
+        assert [c[0] for c in chunks] == sorted(c[0] for c in chunks)  # time order
         assert s["turns"][-1] == (s["question"], s["answer"], s["family"])
     cfg = TrainConfig(out_dir=data.cfg.out_dir, n_timelines=1, minutes=1.0, families={"backward_at_time": 1.0})
     timed = TrainingData(cfg, np.random.default_rng(1))
@@ -52,7 +56,78 @@ def test_samples_follow_the_engine_layout(data):
     # a question naming a time is answered from the blocks at that time alone, as the engine does
     assert len(s["turns"]) == 1 and len(s["chunks"]) <= cfg.top_k
     (t,) = stream_times(s["question"], now_s=timed.timelines[0].duration_s)
-    assert all(abs(c[0] / cfg.fps - t) <= fpc / cfg.fps for c in s["chunks"])
+    assert all(abs(c[0] / cfg.fps - t) <= fpc / cfg.fps for c in s["chunks"] if not isinstance(c, str))
+
+
+def _line(block: str) -> tuple[int, str]:
+    """A speech block's "[mm:ss] speech: words" line: (its second, its words)."""
+    m = re.fullmatch(r"\n\[(\d\d):(\d\d)\] speech: (.*)\n", block)
+    assert m, block
+    return int(m[1]) * 60 + int(m[2]), m[3]
+
+
+@pytest.mark.parametrize("family", ["realtime_said", "backward_said_at_time", "when_said"])
+def test_speech_questions_are_laid_out_as_the_engine_hears(family, tmp_path_factory):
+    """Speech blocks sit where the engine puts them: in the window, each just before the first chunk that starts
+    at or after the end of its line in the gold track (`synth.speech.plan_lines` times, ends from the sample's
+    timeline); retrieved ones in time order; a question naming a time gets the blocks at that second alone. The
+    answer is in the context: the newest line's words (realtime), the words of the line at the named second, the
+    second of the line that says the quoted word."""
+    cfg = TrainConfig(out_dir=tmp_path_factory.mktemp("unused"), n_timelines=1, minutes=2.0, families={family: 1.0})
+    speech = TrainingData(cfg, np.random.default_rng(5))
+    fps, fpc = cfg.fps, cfg.frames_per_chunk
+    for _ in range(12):
+        s = speech.sample(6, speech.eval_ids)  # (the held-out streams all have sound)
+        gold = {math.floor(u.t_s + 1e-6): u for u in speech.timelines[s["ti"]].speech}
+        blocks = [(i, _line(c)) for i, c in enumerate(s["chunks"]) if isinstance(c, str)]
+        assert blocks and all(sec in gold for _, (sec, _) in blocks)
+        for i, (sec, _) in blocks:  # the next chunk starts at or after the line's end; in the window, the one
+            nxt = next((c for c in s["chunks"][i + 1:] if not isinstance(c, str)), None)  # before it starts before
+            if nxt is not None:
+                assert nxt[0] / fps >= gold[sec].t_end_s - 1e-6 or nxt[0] / fps >= sec
+        said = {sec: words for _, (sec, words) in blocks}
+        if family == "realtime_said":
+            assert s["answer"] == blocks[-1][1][1] and s["t_s"] - gold[blocks[-1][1][0]].t_end_s >= 1.5 - 1e-6
+        elif family == "backward_said_at_time":
+            (t,) = stream_times(s["question"], now_s=s["t_s"])
+            assert s["answer"] == said[int(t)] and len(s["turns"]) == 1 and len(s["chunks"]) <= cfg.top_k
+            assert all(abs(c[0] / fps - t) <= fpc / fps for c in s["chunks"] if not isinstance(c, str))
+        else:
+            word = re.search(r"'(\w+)'", s["question"])[1]
+            m, sec = map(int, s["answer"].split(":"))
+            assert word in gold[m * 60 + sec].text.split()
+
+
+def test_answers_about_speech_are_taught_to_look_at_what_they_copy(tmp_path_factory):
+    """An answer about what was said is taught, at each position that predicts one of its tokens, to look at the
+    speech block's token with the same characters (the line's words, or the "mm:ss" of the line that said the
+    quoted word), and the end of the turn at what ends the copied text; a quoted word's question tokens look at the
+    same characters in that line."""
+    from streamvid.checkpoints.tiny import build_tiny_checkpoint
+    from streamvid.training.train_tiny import Batcher
+
+    cfg = TrainConfig(out_dir=tmp_path_factory.mktemp("unused"), n_timelines=1, minutes=2.0,
+                      families={"realtime_said": 1.0, "backward_said_at_time": 1.0, "when_said": 1.0})
+    speech = TrainingData(cfg, np.random.default_rng(4))
+    adapter = QwenVLAdapter(str(build_tiny_checkpoint(tmp_path_factory.mktemp("m"), hidden=32, layers=2)))
+    speech.encode_chunks(adapter.model, adapter.video_processor)
+    batcher, tok = Batcher(adapter, speech), adapter.tokenizer
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    quoted = 0
+    for _ in range(9):
+        s = speech.sample(6, speech.eval_ids, turns=0)
+        batch = batcher.build([s])
+        ids = batch["input_ids"][0].tolist()
+        copies = sorted((p, t) for _, p, (t,) in batch["answer_looks"])
+        answer = tok.encode(s["answer"], add_special_tokens=False)
+        assert [ids[p + 1] for p, _ in copies] == answer + [end]  # every answer token, then the end of the turn
+        assert "".join(tok.decode([ids[t]]) for _, t in copies[:-1]).strip() == s["answer"]
+        assert tok.decode([ids[copies[-1][1]]]) in ("\n", "]")
+        word = re.search(r"'(\w+)'", s["question"])[1] if s["family"] == "when_said" else ""
+        for _, p, (t,) in batch["word_looks"]:  # (the line may split the word into other pieces: "O", "range")
+            assert tok.decode([ids[p]]).strip() in word and tok.decode([ids[t]]).lower().strip() in word
+            quoted += 1
+    assert quoted > 0
 
 
 def test_answers_are_taught_to_look_at_the_named_object_in_the_newest_block(data, tmp_path_factory):
@@ -141,9 +216,7 @@ def test_train_saves_a_checkpoint_the_engine_loads(tmp_path, monkeypatch):
     assert all(h["lm_loss"] > 0 and h["attention"] > 0 for h in main)
     (check,) = [h["vision_check"] for h in record["history"] if "vision_check" in h]
     assert set(check) == {"colour", "shape"} and all(0 <= v <= 1 for v in check.values())
-    assert set(main[-1]["held_out"]) <= {"realtime_colour", "realtime_shape", "realtime_count",
-                                                      "realtime_exists", "probe", "probe_edge", "backward_colour",
-                                                      "backward_shape", "backward_at_time"}
+    assert set(main[-1]["held_out"]) <= set(FAMILY_WEIGHTS)
     adapter = QwenVLAdapter(str(tmp_path / "m"))
     assert adapter.model.config.model_type == "qwen2_5_vl"
     assert json.loads((tmp_path / "m" / "training.json").read_text())["steps_done"] == 3

@@ -8,8 +8,9 @@ inside the faster-whisper wheel, run on 32 ms windows through onnxruntime).
     rest = seg.flush()                         # the end of the input: an utterance still open ends there
     seg.take_events()                          # [("speech_started", t), ("speech_stopped", t)], since the last call
 
-An utterance starts at the first window whose speech probability reaches `threshold` (less `pad_s`), and ends
-once the probability has stayed under `threshold - 0.15` for `silence_s` (plus `pad_s`); one longer than
+An utterance starts at the first window whose speech probability reaches `threshold`, and ends at the end of its
+last such window once the probability has stayed under `threshold - 0.15` for `silence_s`; its samples reach
+`pad_s` further on both sides (the recogniser hears the padding, its times do not include it). One longer than
 `max_s` is cut there; one with less than `min_speech_s` of speech windows (0.1 s) is dropped. Single short words
 ("wait", "look" in Piper's voice) score 0.1-0.2 s of speech: with a minimum of 0.2 s three held-out Piper lines were
 never heard (word error rate 0.201), with 0.1 s none were missed (0.195) and espeak-ng's rate did not move. The
@@ -37,7 +38,7 @@ SILENCE_S = 0.5  # a pause this long ends an utterance
 
 @dataclass(frozen=True)
 class Speech:
-    """One utterance's samples and its stream times."""
+    """One utterance: the stream times of its speech, and its samples (`pad_s` wider on each side)."""
 
     t_s: float
     t_end_s: float
@@ -121,7 +122,8 @@ class Segmenter:
         lo, hi = max(0, start - pad), min(len(self._buf), end + pad)
         if (end - start) / RATE < self.min_speech_s:
             return []
-        return [Speech(round(self._t0 + lo / RATE, 3), round(self._t0 + hi / RATE, 3), self._buf[lo:hi].copy())]
+        # the times are the speech's (what a "[mm:ss]" line and a question about a time name), the samples padded
+        return [Speech(round(self._t0 + start / RATE, 3), round(self._t0 + end / RATE, 3), self._buf[lo:hi].copy())]
 
     def _trim(self) -> None:
         """Keep only what an utterance may still need: from pad_s before the open utterance (or before the newest

@@ -14,6 +14,7 @@ answers are not targets, and nothing teaches their words to look at the frames o
 from __future__ import annotations
 
 import itertools
+import re
 
 import numpy as np
 import torch
@@ -21,7 +22,7 @@ import torch
 from streamvid.adapters.qwen2_5_vl import QwenVLAdapter
 from streamvid.synth.world import COLOURS, SHAPES
 
-from .config import REALTIME
+from .config import REALTIME, SPEECH
 
 
 class Batcher:
@@ -54,11 +55,17 @@ class Batcher:
         a, tok = self.a, self.a.tokenizer
         rows, labels, embeds, grids, chunk_spans, chunk_meta = [], [], [], [], [], []
         word_looks, answer_looks = [], []
-        vision = iter(self.data.tokens_for([(s["ti"], frames) for s in samples for frames in s["chunks"]]))
+        vision = iter(self.data.tokens_for([(s["ti"], frames) for s in samples for frames in s["chunks"]
+                                            if not isinstance(frames, str)]))
         for si, s in enumerate(samples):
             ids = list(self.sink_ids)
             first_span = len(chunk_spans)
+            blocks = []  # (position, text) of the speech blocks
             for frames in s["chunks"]:
+                if isinstance(frames, str):  # a speech block: its line of text, as the engine encodes it
+                    blocks.append((len(ids), frames))
+                    ids += tok.encode(frames, add_special_tokens=False)
+                    continue
                 tokens = next(vision)
                 n = len(tokens)
                 chunk_spans.append((si, len(ids) + 1, len(ids) + 1 + n))
@@ -73,6 +80,14 @@ class Batcher:
             start = len(ids)
             lab = [-100] * (start + len(prompt)) + answer_ids
             family = s["family"]
+            if family in SPEECH:  # read from the speech blocks' words: no look at the frames is taught
+                words, copies = self._speech_looks(s, blocks, start, start + len(prompt) - 1)
+                word_looks += [(si, p, t) for p, t in words]
+                answer_looks += [(si, p, t) for p, t in copies]
+                ids += prompt + answer_ids
+                rows.append(ids)
+                labels.append(lab)
+                continue
             words = [i for i, t in enumerate(prompt) if t in self.word_column]  # colour and shape words
             for i in words:
                 if cells := self._look_at(s, spans, family, [self.word_column[prompt[i]]]):
@@ -117,11 +132,47 @@ class Batcher:
                 "chunk_spans": chunk_spans, "chunk_meta": chunk_meta, "questions": questions, "samples": samples,
                 "word_looks": word_looks, "answer_looks": answer_looks}
 
+    def _speech_looks(self, s: dict, blocks: list[tuple[int, str]], start: int, at: int):
+        """Where an answer about what was said reads from: at the position that predicts each answer token (and the
+        end of the turn), the speech block's token it copies (the line's words, or for "when" its "mm:ss"); for a
+        quoted word, each of its question tokens looks at the same characters in that line. (position, targets)
+        lists for layer 2 (copies) and layer 1 (words); empty where the line is not in the context."""
+        answer = s["answer"]
+        if s["family"] == "when_said":
+            found = [(p, t, 2) for p, t in blocks if t.startswith(f"\n[{answer}]")]
+        else:
+            found = [(p, t, t.index("speech: ") + 8) for p, t in blocks if t[t.index("speech: ") + 8:-1] == answer]
+        if not found:
+            return [], []
+        p0, text, src = found[-1]
+        spans = self._offsets(text)
+
+        def token_at(c: int) -> int | None:
+            return next((p0 + j for j, (x, y) in enumerate(spans) if x <= c < y), None)
+
+        copies = []
+        for i, c in enumerate([x for x, _ in self._offsets(answer)] + [len(answer)]):
+            if (t := token_at(src + c)) is not None:
+                copies.append((at + i, [t]))
+        words = []
+        if s["family"] == "when_said" and (m := re.search(r"'([^']+)'", s["question"])):
+            prompt = self.a.prompt(s["question"])
+            q0 = prompt.index(m.group(0)) + 1
+            line = text.lower()
+            if (w0 := line.find(m.group(1).lower(), line.index("speech: "))) >= 0:
+                for j, (x, _) in enumerate(self._offsets(prompt)):
+                    if q0 <= x < q0 + len(m.group(1)) and (t := token_at(w0 + x - q0)) is not None:
+                        words.append((start + j, [t]))
+        return words, copies
+
+    def _offsets(self, text: str) -> list[tuple[int, int]]:
+        return self.a.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
+
     def _look_at(self, s: dict, spans: list[tuple[int, int, int]], family: str, cols: list[int]) -> list[int]:
         """Token positions of the vision tokens that show the attributes `cols` (any object, for none), in the
         newest block for a question about now, in every block for one about the past (the retrieved blocks; a
         timed question has no window)."""
-        chunks = list(zip(spans, s["chunks"]))
+        chunks = list(zip(spans, [c for c in s["chunks"] if not isinstance(c, str)]))
         if family in REALTIME:
             chunks = chunks[-1:]
         out = []

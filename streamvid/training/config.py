@@ -11,14 +11,16 @@ from streamvid.config import DEFAULTS
 REALTIME = ("realtime_colour", "realtime_shape", "realtime_count", "realtime_exists", "probe", "probe_edge")
 FAMILY_WEIGHTS = {"realtime_colour": 1.0, "realtime_shape": 1.0, "realtime_count": 1.0, "realtime_exists": 1.0,
                   "probe": 1.0, "probe_edge": 1.0, "backward_colour": 2.0, "backward_shape": 1.5,
-                  "backward_at_time": 1.5}
+                  "backward_at_time": 1.5, "realtime_said": 1.5, "backward_said_at_time": 1.5, "when_said": 1.5}
+# questions about what was said, answered from the speech blocks (training/speech.py)
+SPEECH = ("realtime_said", "backward_said_at_time", "when_said")
 # what a user asks and the engine keeps in the stream's dialogue (`Reasoning.complete`): trigger probes and "tell
 # me when" requests never enter it
 DIALOGUE_FAMILIES = ("realtime_colour", "realtime_shape", "realtime_count", "realtime_exists", "backward_colour",
-                     "backward_shape", "backward_at_time")
+                     "backward_shape", "backward_at_time", *SPEECH)
 # answered without the dialogue: a question that names a time (the moment alone, `Reasoning.begin`) and the trigger
 # probes (`adapter.probe`: the bare question)
-ALONE = ("backward_at_time", "probe", "probe_edge")
+ALONE = ("backward_at_time", "backward_said_at_time", "probe", "probe_edge")
 CONFUSABLE = ("circle", "hexagon")  # the shapes the bundled tower confused most (benchmarks/vision_confusion.py)
 PROBE_TEMPLATE = "Is there {a} {c} {s} now? Answer yes or no."
 N_EVAL_TIMELINES = 2

@@ -17,6 +17,8 @@ so the model learns from what the engine will see (compression included)."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import tempfile
 from pathlib import Path
 
@@ -27,7 +29,8 @@ from streamvid.sources import FileSource
 from streamvid.synth.questions import QA, describe, frames_show, mentions, sample_qa
 from streamvid.synth.world import CELL_PX, COLOURS, SHAPES, Timeline, generate, shape_mask, write_mp4
 
-from .config import ALONE, DIALOGUE_FAMILIES, N_EVAL_TIMELINES, PROBE_TEMPLATE, TrainConfig
+from .config import ALONE, DIALOGUE_FAMILIES, N_EVAL_TIMELINES, PROBE_TEMPLATE, SPEECH, TrainConfig
+from .speech import SOUND_P, Line, as_speech, line_of, lines_for, slot
 from .vision import video_inputs
 
 NAMES = (*SHAPES, *COLOURS)  # what a memory question names: a shape, or a colour
@@ -44,6 +47,11 @@ class TrainingData:
         self.timelines = [generate(s, cfg.minutes * 60, cfg.fps, cfg.frame_px // CELL_PX) for s in seeds]
         self.train_ids = list(range(cfg.n_timelines))
         self.eval_ids = list(range(cfg.n_timelines, len(seeds)))
+        # what each stream says (none on a silent one; the held-out streams all have sound), and its gold track
+        self.lines: list[list[Line]] = [lines_for(tl, rng) if i in self.eval_ids or rng.random() < SOUND_P else []
+                                        for i, tl in enumerate(self.timelines)]
+        self.timelines = [dataclasses.replace(tl, speech=as_speech(lines)) if lines else tl
+                          for tl, lines in zip(self.timelines, self.lines)]
         with tempfile.TemporaryDirectory(prefix="streamvid-train-") as tmp:
             self.frames = [self._decode(tl, Path(tmp) / f"{i}.mp4") for i, tl in enumerate(self.timelines)]
         names = list(cfg.families)
@@ -173,26 +181,43 @@ class TrainingData:
         cfg, rng = self.cfg, rng or self.rng
         fpc = cfg.frames_per_chunk
         chunk_s = fpc / cfg.fps
+        pool = list(timelines or self.train_ids)
+        heard = [i for i in pool if self.lines[i]]  # streams with sound, for questions about what was said
+        if not heard and all(f in SPEECH for f in self.families):
+            raise ValueError("questions about what was said need a stream with sound; none of these has one")
         while True:
-            ti = int(rng.choice(timelines or self.train_ids))
+            family = self.families[rng.choice(len(self.families), p=self.family_p)]
+            if family in SPEECH and not heard:
+                continue
+            ti = int(rng.choice(heard if family in SPEECH else pool))
             tl = self.timelines[ti]
             # the engine's chunks start at frame 0: chunk c holds frames c*fpc .. c*fpc+fpc-1
             k_now = fpc * int(rng.integers(window_blocks + 2, tl.n_frames // fpc)) - 1
-            family = self.families[rng.choice(len(self.families), p=self.family_p)]
-            qa = self._qa(tl, family, k_now, rng, window_blocks * chunk_s)
+            qa = self._qa(ti, family, k_now, rng, window_blocks * chunk_s)
             if qa is None:
                 continue
             first_window = k_now + 1 - window_blocks * fpc  # first frame of the window
             window = [list(range(s, s + fpc)) for s in range(first_window, k_now + 1, fpc)]
             past = [list(range(s, s + fpc)) for s in range(first_window - fpc, -1, -fpc)]  # newest first
-            retrieved = self._retrieved(tl, qa, past, chunk_s, rng)
+            first_c, newest_c = first_window // fpc, k_now // fpc
+            lines = self.lines[ti]
+            if qa.family in SPEECH:
+                remembered = [u for u in lines if slot(u, chunk_s) <= first_c]  # evicted into memory
+                retrieved = self._retrieved_speech(ti, qa, past, remembered, chunk_s, rng)
+            else:
+                retrieved = self._retrieved(tl, qa, past, chunk_s, rng)
+                retrieved = None if retrieved is None else [(c[0] / cfg.fps, c) for c in retrieved]
             if retrieved is None:
                 continue
-            if qa.family == "backward_at_time":
+            if qa.family in ("backward_at_time", "backward_said_at_time"):
                 window = []
             n = 0 if qa.family in ALONE else self._n_turns(rng) if turns is None else turns
             dialogue = self.earlier_turns(ti, k_now, n, qa.family, rng, window_blocks * chunk_s)
-            chunks = sorted(retrieved, key=lambda c: c[0]) + window
+            # the window in the engine's order: each speech block just before the first chunk after its end
+            heard = {c: [u.block for u in lines if slot(u, chunk_s) == c] for c in range(first_c + 1, newest_c + 1)}
+            laid = [x for frames in window for x in (*heard.get(frames[0] // fpc, ()), frames)]
+            # chunks (frame lists) and speech blocks (their text), in context order
+            chunks = [x for _, x in sorted(retrieved, key=lambda p: p[0])] + laid
             return {"ti": ti, "chunks": chunks, "t_s": k_now / cfg.fps, "dialogue": dialogue,
                     "turns": [(q, a, f) for q, a, f, _ in dialogue] + [(qa.text, qa.answer, qa.family)],
                     "question": qa.text, "family": qa.family, "answer": qa.answer}
@@ -218,7 +243,7 @@ class TrainingData:
                     continue
                 same = family in DIALOGUE_FAMILIES and rng.random() < cfg.same_family_p
                 f = family if same else names[int(rng.choice(len(names), p=w / w.sum()))]
-                if (e := sample_qa(tl, k_e / cfg.fps, rng, window_s, [f])) is not None:
+                if (e := self._qa(ti, f, k_e, rng, window_s)) is not None:
                     out.append((e.text, e.answer, e.family, k_e / cfg.fps))
                     k = k_e
                     break
@@ -226,17 +251,47 @@ class TrainingData:
                 break
         return out[::-1]
 
-    def _qa(self, tl: Timeline, family: str, k_now: int, rng: np.random.Generator, window_s: float) -> QA | None:
-        """A question of `family` about the moment of frame k_now, the last frame of the newest chunk."""
+    def _qa(self, ti: int, family: str, k_now: int, rng: np.random.Generator, window_s: float) -> QA | None:
+        """A question of `family` about the moment of frame k_now, the last frame of the newest chunk. The answer
+        to what was said is the line's transcript, as the speech block shows it."""
+        tl = self.timelines[ti]
         if family == "probe_edge":
             return probe_edge(tl, list(range(k_now + 1 - self.cfg.frames_per_chunk, k_now + 1)), rng)
-        return sample_qa(tl, k_now / self.cfg.fps, rng, window_s, [family])
+        qa = sample_qa(tl, k_now / self.cfg.fps, rng, window_s, [family])
+        if qa is not None and family in ("realtime_said", "backward_said_at_time"):
+            qa = dataclasses.replace(qa, answer=line_of(self.lines[ti], qa.evidence_s).transcript)
+        return qa
 
     def eval_set(self, n: int, turns: int = 0) -> list[dict]:
         """n samples from the held-out timelines with the engine's window length and `turns` earlier turns (fixed
         seed)."""
         rng = np.random.default_rng(12345 + turns)
         return [self.sample(self.cfg.window_blocks, self.eval_ids, turns=turns, rng=rng) for _ in range(n)]
+
+    def _retrieved_speech(self, ti: int, qa: QA, past: list[list[int]], remembered: list[Line], chunk_s: float,
+                          rng: np.random.Generator) -> list[tuple[float, list[int] | str]] | None:
+        """(start time, chunk or speech block) in the retrieved slot for a question about what was said, as
+        `Reasoning.retrieve` gives them: for a named time the blocks there (`memory.ids_at`, half a chunk either
+        side); for a quoted word the speech block saying it (when memory holds it) then chunks by meaning; else the
+        speech blocks nearest by meaning (here: any of memory's), then chunks, top_k in all."""
+        k, fps = self.cfg.top_k, self.cfg.fps
+        line = line_of(self.lines[ti], qa.evidence_s)
+        if qa.family == "backward_said_at_time":
+            if line not in remembered:
+                return None
+            t = math.floor(line.t_s + 1e-6)
+            lo, hi = t - chunk_s / 2, t + chunk_s / 2
+            out = [(c[0] / fps, c) for c in past if c[0] / fps <= hi and (c[-1] + 1) / fps >= lo]
+            out += [(u.t_s, u.block) for u in remembered if u.t_s <= hi and u.t_end_s >= lo]
+            return sorted(out, key=lambda p: p[0])[:k]
+        if qa.family == "when_said" and line in remembered:
+            chosen = [(line.t_s, line.block)]
+        else:
+            pick = rng.choice(len(remembered), min(k, len(remembered)), replace=False) if remembered else []
+            chosen = [(remembered[i].t_s, remembered[i].block) for i in pick]
+        if (fill := k - len(chosen)) and past:
+            chosen += [(past[i][0] / fps, past[i]) for i in rng.choice(len(past), min(fill, len(past)), replace=False)]
+        return chosen
 
     def _retrieved(self, tl: Timeline, qa, past: list[list[int]], chunk_s: float,
                    rng: np.random.Generator) -> list[list[int]] | None:

@@ -26,6 +26,7 @@ from streamvid.embedders import REGION_WEIGHT
 from streamvid.synth.questions import FAMILIES, frames_show, mentions
 from streamvid.synth.world import CELL_PX, SHAPES
 
+from .config import SPEECH
 from .data import NAMES
 from .retrieval_recall import RecallTally, engine_rows
 
@@ -73,6 +74,8 @@ def contrastive_loss(model, batch: dict, keys: torch.Tensor, data) -> torch.Tens
     sim = 20.0 * block_scores(qs, [keys[si, a:b] for si, a, b in batch["chunk_spans"]], _grid(data))
     losses = []
     for qi, s in enumerate(batch["samples"]):
+        if s["family"] in SPEECH:  # found among the speech blocks by its words (speech_index), not by the frames
+            continue
         shape, colour = mentions(s["question"])
         if shape is None and colour is None:
             continue
