@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from alerts_run import seeds  # (benchmarks/: "1001-1010,1020" -> the seeds)
+
 from streamvid.eval.metrics import normalise, score
 
 FAMILIES = ("realtime_said", "backward_said_at_time", "when_said")
@@ -34,14 +36,6 @@ FAMILIES = ("realtime_said", "backward_said_at_time", "when_said")
 
 def log(msg: str) -> None:
     print(f"[speech_run {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def seeds(spec: str) -> list[int]:
-    out = []
-    for part in spec.split(","):
-        lo, _, hi = part.partition("-")
-        out += list(range(int(lo), int(hi or lo) + 1))
-    return out
 
 
 def heard_answer(e: dict, heard: list[dict]) -> str | None:
