@@ -214,8 +214,11 @@ class TrainingData:
             n = 0 if qa.family in ALONE else self._n_turns(rng) if turns is None else turns
             dialogue = self.earlier_turns(ti, k_now, n, qa.family, rng, window_blocks * chunk_s)
             # the window in the engine's order: each speech block just before the first chunk after its end
-            heard = {c: [u.block for u in lines if slot(u, chunk_s) == c] for c in range(first_c + 1, newest_c + 1)}
-            laid = [x for frames in window for x in (*heard.get(frames[0] // fpc, ()), frames)]
+            spoken: dict[int, list[str]] = {}
+            for u in lines:
+                if first_c < (c := slot(u, chunk_s)) <= newest_c:
+                    spoken.setdefault(c, []).append(u.block)
+            laid = [x for frames in window for x in (*spoken.get(frames[0] // fpc, ()), frames)]
             # chunks (frame lists) and speech blocks (their text), in context order
             chunks = [x for _, x in sorted(retrieved, key=lambda p: p[0])] + laid
             return {"ti": ti, "chunks": chunks, "t_s": k_now / cfg.fps, "dialogue": dialogue,
