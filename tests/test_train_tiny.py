@@ -338,6 +338,92 @@ def test_language_model_trains_on_the_vision_tokens_the_engine_computes(tmp_path
         torch.testing.assert_close(forward(model, batch).logits, reference, atol=1e-4, rtol=1e-4)
 
 
+def test_each_block_is_computed_from_what_the_engine_computed_it_from(tmp_path):
+    """A training row lays out the sinks, the retrieved blocks, the ghosts (the 8 s of blocks before the window,
+    which the engine encoded the window's first blocks on) and the window, and each block's keys and values are
+    computed from what the engine computed them from: a chunk retrieved from memory from the sinks alone (memory
+    keeps a streamvid-trained model's chunks encoded on the sinks), a retrieved speech block from the sinks and the
+    retrieved blocks of the 8 s before it, a ghost or window block from the sinks and the ghost and window blocks
+    of the 8 s before it. The reference encodes block by block as the engine does: each block's forward on a cache
+    of the sinks and the blocks it sees. Positions are the answer context's without the ghosts, and the ghosts
+    end where the window starts."""
+    from transformers import DynamicCache
+
+    from streamvid.checkpoints.tiny import build_tiny_checkpoint
+    from streamvid.training.train_tiny import Batcher, forward
+
+    cfg = TrainConfig(out_dir=tmp_path / "unused", n_timelines=1, minutes=2.0,
+                      families={"realtime_said": 1.0, "when_said": 1.0})
+    data = TrainingData(cfg, np.random.default_rng(5))
+    adapter = QwenVLAdapter(str(build_tiny_checkpoint(tmp_path / "m", hidden=32, layers=2)))
+    model, tok = adapter.model, adapter.tokenizer
+    data.encode_chunks(model, adapter.video_processor)
+    samples = [data.sample(cfg.window_blocks, data.eval_ids) for _ in range(3)]
+    batcher = Batcher(adapter, data)
+    batch = batcher.build(samples)
+    ids, pos = batch["input_ids"], batch["position_ids"]
+    embeds = model.get_input_embeddings()(ids)
+    embeds[ids == model.config.video_token_id] = batch["video_embeds"].to(embeds.dtype)
+    window_s = cfg.window_blocks * cfg.frames_per_chunk / cfg.fps
+    n_sinks = len(tok.encode(adapter.sink_text, add_special_tokens=False))
+
+    def kv(cache) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        return [(layer.keys, layer.values) for layer in cache.layers]
+
+    def encode(r: int, tokens: list[int], on: list[list[tuple[torch.Tensor, torch.Tensor]]]):
+        """The K/V of a row's `tokens` from one forward on a cache of the blocks `on` (the engine's encode)."""
+        cache = DynamicCache(config=model.config.text_config)
+        for layer in range(model.config.text_config.num_hidden_layers if on else 0):
+            cache.update(torch.cat([o[layer][0] for o in on], 2), torch.cat([o[layer][1] for o in on], 2), layer)
+        past = cache.get_seq_length()
+        out = model(inputs_embeds=embeds[r, tokens][None], position_ids=pos[:, r, tokens][:, None],
+                    past_key_values=cache, attention_mask=torch.ones(1, past + len(tokens), dtype=torch.long))
+        return [(k[:, :, past:], v[:, :, past:]) for k, v in kv(out.past_key_values)]
+
+    checked = hidden = 0
+    with torch.no_grad():
+        trained = kv(forward(model, batch, use_cache=True).past_key_values)
+        causal = dict(batch, attention_mask=(batch["attention_mask"][:, 0, -1] == 0).long())  # (padding: none)
+        plain = kv(forward(model, causal, use_cache=True).past_key_values)
+        for r, s in enumerate(samples):
+            k = s["retrieved"]
+            laid = ([("memory chunk" if not isinstance(c, str) else "retrieved", t, c)
+                     for t, c in zip(s["starts"][:k], s["chunks"][:k])]
+                    + [("ghost", t, c) for t, c in s["ghosts"]]
+                    + [("window", t, c) for t, c in zip(s["starts"][k:], s["chunks"][k:])])
+            spans, at = [], n_sinks  # each block's tokens, counted from the sample
+            for _, _, c in laid:
+                n = len(tok.encode(c, add_special_tokens=False)) if isinstance(c, str) else (
+                    len(data.chunk_tokens(s["ti"], c)) + 2)
+                spans.append(list(range(at, at + n)))
+                at += n
+            assert any(kind == "ghost" for kind, _, _ in laid)
+            sinks = encode(r, list(range(n_sinks)), [])
+            blocks = []
+            for i, (kind, t, _) in enumerate(laid):
+                group = {"memory chunk": (), "retrieved": ("memory chunk", "retrieved")}.get(kind, ("ghost", "window"))
+                seen = [j for j in range(i) if laid[j][0] in group and laid[j][1] >= t - window_s]
+                blocks.append(encode(r, spans[i], [sinks, *(blocks[j] for j in seen)]))
+                for layer, (key, value) in enumerate(blocks[i]):
+                    torch.testing.assert_close(trained[layer][0][r:r + 1, :, spans[i]], key, atol=1e-5, rtol=0)
+                    torch.testing.assert_close(trained[layer][1][r:r + 1, :, spans[i]], value, atol=1e-5, rtol=0)
+                checked += 1
+                if len(seen) < i:  # what the block does not see would have changed its values
+                    hidden += 1
+                    assert (plain[-1][1][r:r + 1, :, spans[i]] - blocks[i][-1][1]).abs().max() > 1e-4
+            # positions: the answer context's without the ghosts; the ghosts just before the window
+            ghost = [x for (kind, _, _), sp in zip(laid, spans) if kind == "ghost" for x in sp]
+            rest = [x for x in range(int((ids[r] != batcher.pad_id).sum())) if x not in set(ghost)]
+            row = ids[r, rest][None]
+            grid = batch["video_grid_thw"][:1].repeat(int((row == adapter.vision_start_id).sum()), 1)
+            expected, _ = model.model.get_rope_index(row, mm_token_type_ids=(row == adapter.video_pad_id).int() * 2,
+                                                     video_grid_thw=grid, second_per_grid_ts=torch.ones(len(grid)))
+            assert torch.equal(pos[:, r, rest], expected[:, 0])
+            first_window = spans[next(i for i, (kind, _, _) in enumerate(laid) if kind == "window")][0]
+            assert torch.equal(pos[:, r, ghost[-1]] + 1, pos[:, r, first_window])
+    assert checked > 20 and hidden > 10
+
+
 def _timeline_data(tmp_path, seed: int, **kw) -> TrainingData:
     cfg = TrainConfig(out_dir=tmp_path / "unused", n_timelines=1, minutes=kw.pop("minutes", 3.0), **kw)
     return TrainingData(cfg, np.random.default_rng(seed))

@@ -1,6 +1,8 @@
 """Samples (`data._Data.sample`) into model inputs laid out like the engine's answer context: sinks (system prompt),
 the retrieved blocks in time order, the window, then the engine's prompt (`adapter.prompt(question, dialogue)`),
-each video chunk its own <|vision_start|>...<|vision_end|> group with Qwen's 3-D positions.
+each video chunk its own <|vision_start|>...<|vision_end|> group with Qwen's 3-D positions. Each block is
+computed from what the engine computed it from (`engine_mask`): a chunk from memory from the sinks alone, a window
+chunk or a speech block from the sinks and the window of its time; the prompt and the answer see everything.
 
 Only the current question's answer is labelled, and only its words and answer are taught where to look
 (`attention_loss`, in two hops): at every colour or shape word of the question, two heads of decoder layer 1 attend
@@ -34,6 +36,8 @@ class Batcher:
         tok = adapter.tokenizer
         self.sink_ids = tok.encode(adapter.sink_text, add_special_tokens=False)
         self.end_id = tok.convert_tokens_to_ids("<|im_end|>")
+        cfg = data.cfg
+        self.window_s = cfg.window_blocks * cfg.frames_per_chunk / cfg.fps  # the engine's window, in seconds
         self.pad_id = tok.convert_tokens_to_ids("<|endoftext|>")
         # first token of " red", ..., " circle", ...: the column of each attribute word in the cell labels
         self.word_column = {tok.encode(" " + w, add_special_tokens=False)[0]: i
@@ -54,25 +58,37 @@ class Batcher:
     def build(self, samples: list[dict]) -> dict:
         a, tok = self.a, self.a.tokenizer
         rows, labels, embeds, grids, chunk_spans, chunk_meta = [], [], [], [], [], []
-        word_looks, answer_looks = [], []
-        vision = iter(self.data.tokens_for([(s["ti"], frames) for s in samples for frames in s["chunks"]
-                                            if not isinstance(frames, str)]))
+        word_looks, answer_looks, read = [], [], []
+        laid = [self._laid(s) for s in samples]  # (kind, start time, chunk or speech block) in context order
+        vision = iter(self.data.tokens_for([(s["ti"], x) for s, row in zip(samples, laid) for _, _, x in row
+                                            if not isinstance(x, str)]))
+        segments, ghost_tokens = [], []  # per row: (first token, end, start time, kind) of each block; ghost tokens
         for si, s in enumerate(samples):
             ids = list(self.sink_ids)
             first_span = len(chunk_spans)
             blocks = []  # (position, text) of the speech blocks
-            for frames in s["chunks"]:
+            segments.append([])
+            ghost_tokens.append([])
+            for kind, t, frames in laid[si]:
+                begin = len(ids)
                 if isinstance(frames, str):  # a speech block: its line of text, as the engine encodes it
-                    blocks.append((len(ids), frames))
                     ids += tok.encode(frames, add_special_tokens=False)
-                    continue
-                tokens = next(vision)
-                n = len(tokens)
-                chunk_spans.append((si, len(ids) + 1, len(ids) + 1 + n))
-                chunk_meta.append((s["ti"], frames))
-                ids += [a.vision_start_id] + [a.video_pad_id] * n + [a.vision_end_id]
-                embeds.append(tokens)
-                grids.append(self.data.chunk_grid)
+                    if kind != "ghost":
+                        blocks.append((begin, frames))
+                else:
+                    tokens = next(vision)
+                    n = len(tokens)
+                    if kind != "ghost":  # (ghosts are not read by the answer: no looks, no contrastive pairs)
+                        chunk_spans.append((si, len(ids) + 1, len(ids) + 1 + n))
+                        chunk_meta.append((s["ti"], frames))
+                        read.append(tokens)
+                    ids += [a.vision_start_id] + [a.video_pad_id] * n + [a.vision_end_id]
+                    embeds.append(tokens)
+                    grids.append(self.data.chunk_grid)
+                    kind = "memory chunk" if kind == "retrieved" else kind
+                segments[-1].append((begin, len(ids), t, kind))
+                if kind == "ghost":
+                    ghost_tokens[-1] += range(begin, len(ids))
             spans = chunk_spans[first_span:]
             earlier, prompt = self.prompt_ids(s)
             answer_ids = tok.encode(s["answer"], add_special_tokens=False) + [self.end_id]
@@ -111,26 +127,58 @@ class Batcher:
         length = max(len(r) for r in rows)
         input_ids = torch.full((len(rows), length), self.pad_id)
         label_t = torch.full((len(rows), length), -100)
-        mask = torch.zeros((len(rows), length), dtype=torch.long)
+        mask = torch.stack([engine_mask(seg, len(r), length, self.window_s) for seg, r in zip(segments, rows)])
+        mask = torch.zeros(mask.shape, dtype=torch.float32).masked_fill_(~mask, torch.finfo(torch.float32).min)
         pos = torch.zeros((3, len(rows), length), dtype=torch.long)
         grid_all = torch.cat(grids)
         g = 0
         for i, (r, lab) in enumerate(zip(rows, labels)):
             ids = torch.tensor([r])
-            types = (ids == a.video_pad_id).int() * 2
             n_chunks = int((ids == a.vision_start_id).sum())
-            p, _ = a.model.model.get_rope_index(ids, mm_token_type_ids=types, video_grid_thw=grid_all[g:g + n_chunks],
-                                                second_per_grid_ts=torch.ones(n_chunks))
+            p = self._positions(r, ghost_tokens[i], segments[i], grid_all[g:g + n_chunks])
             g += n_chunks
             input_ids[i, :len(r)] = ids[0]
             label_t[i, :len(r)] = torch.tensor(lab)
-            mask[i, :len(r)] = 1
-            pos[:, i, :len(r)] = p[:, 0]
+            pos[:, i, :len(r)] = p
         questions = [tok.encode(s["question"], add_special_tokens=False) for s in samples]  # the last turn
-        return {"input_ids": input_ids, "labels": label_t, "attention_mask": mask, "position_ids": pos,
-                "video_embeds": torch.cat(embeds), "video_grid_thw": grid_all,
+        return {"input_ids": input_ids, "labels": label_t, "attention_mask": mask[:, None], "position_ids": pos,
+                "video_embeds": torch.cat(embeds), "chunk_embeds": torch.cat(read), "video_grid_thw": grid_all,
                 "chunk_spans": chunk_spans, "chunk_meta": chunk_meta, "questions": questions, "samples": samples,
                 "word_looks": word_looks, "answer_looks": answer_looks}
+
+    def _laid(self, s: dict) -> list[tuple[str, float, list[int] | str]]:
+        """A sample's blocks in context order: the retrieved ones, the ghosts (the window before the window: what
+        the engine encoded the window's first blocks on, which nothing after the window reads), the window."""
+        r = s["retrieved"]
+        out = [("retrieved", t, x) for t, x in zip(s["starts"][:r], s["chunks"][:r])]
+        out += [("ghost", t, x) for t, x in s["ghosts"]]
+        return out + [("window", t, x) for t, x in zip(s["starts"][r:], s["chunks"][r:])]
+
+    def _positions(self, row: list[int], ghosts: list[int], segments: list, grids: torch.Tensor) -> torch.Tensor:
+        """The row's 3-D positions: contiguous over everything but the ghosts (as the engine lays out an answer's
+        context), and the ghosts at the positions just before the window, where the engine had them when it
+        encoded the window's first blocks (they overlap the retrieved blocks', which neither side sees)."""
+        a = self.a
+
+        def rope(ids: list[int], grid: torch.Tensor) -> torch.Tensor:
+            t = torch.tensor([ids])
+            n = int((t == a.vision_start_id).sum())
+            p, _ = a.model.model.get_rope_index(t, mm_token_type_ids=(t == a.video_pad_id).int() * 2,
+                                                video_grid_thw=grid[:n], second_per_grid_ts=torch.ones(n))
+            return p[:, 0]
+
+        out = torch.zeros((3, len(row)), dtype=torch.long)
+        hidden = set(ghosts)
+        chunks = [k for k, t in enumerate(row) if t == a.vision_start_id]  # each chunk's first token, in order
+        keep = [k for k in range(len(row)) if k not in hidden]
+        out[:, keep] = rope([row[k] for k in keep], grids[[i for i, k in enumerate(chunks) if k not in hidden]])
+        if ghosts:
+            first = next(b for b, _, _, kind in segments if kind == "window")  # the window's first token
+            n_sinks = len(self.sink_ids)
+            p = rope([row[k] for k in [*range(n_sinks), *ghosts, first]],
+                     grids[[i for i, k in enumerate(chunks) if k in hidden]])
+            out[:, ghosts] = p[:, n_sinks:-1] + (out[:, first] - p[:, -1])[:, None]
+        return out
 
     def _speech_looks(self, s: dict, blocks: list[tuple[int, str]], start: int, at: int):
         """Where an answer about what was said reads from: at the position that predicts each answer token (and the
@@ -181,6 +229,34 @@ class Batcher:
             hit = attributes[:, cols].any(1) if cols else attributes.any(1)
             out += [a + int(i) for i in np.flatnonzero(hit) if a + int(i) < b]
         return out
+
+
+def engine_mask(segments: list[tuple[int, int, float, str]], n: int, length: int, window_s: float) -> torch.Tensor:
+    """Which tokens each token of a row sees, (length, length) bool, so that every block's keys and values are
+    computed from what the engine computed them from (ingest.py):
+    - a chunk retrieved from memory ("memory chunk"): from the sinks alone (memory_encoding "sinks", what memory
+      keeps of a streamvid-trained model's chunks);
+    - a retrieved speech block ("retrieved"): from the sinks and the retrieved blocks of the `window_s` before it
+      (what is here of the window it was encoded on);
+    - a window block, or a ghost (a block of the window before the window): from the sinks and the window and
+      ghost blocks of the `window_s` before it, never a retrieved one (its window held that block's window form,
+      the ghost).
+    The sinks, the prompt and the answer see everything before them but the ghosts, which are not in the
+    engine's answer context. segments: (first token, end, start time in the stream, kind) of the blocks in
+    context order; n: the row's tokens (the rest is padding, which sees itself only)."""
+    seen = torch.ones(length, length, dtype=torch.bool).tril_()
+    seen[n:] = False
+    seen[range(n, length), range(n, length)] = True
+    for i, (a, b, t, kind) in enumerate(segments):
+        for a0, b0, t0, kind0 in segments[:i]:
+            near = t0 >= t - window_s - 1e-6
+            if kind == "memory chunk" or not near or (kind0 in ("ghost", "window")) != (kind in ("ghost", "window")):
+                seen[a:b, a0:b0] = False
+    after = segments[-1][1] if segments else n
+    for a0, b0, _, kind0 in segments:
+        if kind0 == "ghost":
+            seen[after:n, a0:b0] = False
+    return seen
 
 
 def forward(model, batch: dict, **kw):

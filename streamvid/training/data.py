@@ -213,15 +213,22 @@ class TrainingData:
                 window = []
             n = 0 if qa.family in ALONE else self._n_turns(rng) if turns is None else turns
             dialogue = self.earlier_turns(ti, k_now, n, qa.family, rng, window_blocks * chunk_s)
-            # the window in the engine's order: each speech block just before the first chunk after its end
-            spoken: dict[int, list[str]] = {}
+            # the window in the engine's order: each speech block just before the first chunk after its end; and
+            # the window before it (its "ghosts"), which the engine encoded the window's first blocks on
+            spoken: dict[int, list[tuple[float, str]]] = {}
             for u in lines:
-                if first_c < (c := slot(u, chunk_s)) <= newest_c:
-                    spoken.setdefault(c, []).append(u.block)
-            laid = [x for frames in window for x in (*spoken.get(frames[0] // fpc, ()), frames)]
-            # chunks (frame lists) and speech blocks (their text), in context order
-            chunks = [x for _, x in sorted(retrieved, key=lambda p: p[0])] + laid
-            return {"ti": ti, "chunks": chunks, "t_s": k_now / cfg.fps, "dialogue": dialogue,
+                if first_c - window_blocks < (c := slot(u, chunk_s)) <= newest_c:
+                    spoken.setdefault(c, []).append((u.t_s, u.block))
+            ghosts = [p for frames in (past[:window_blocks][::-1] if window else [])
+                      for p in (*spoken.get(frames[0] // fpc, ()), (frames[0] / cfg.fps, frames))]
+            if window:
+                ghosts += spoken.get(first_c, [])
+            laid = [p for frames in window for p in (*spoken.get(frames[0] // fpc, ()), (frames[0] / cfg.fps, frames))
+                    if frames[0] // fpc > first_c or not isinstance(p[1], str)]
+            # chunks (frame lists) and speech blocks (their text), in context order, and when each starts
+            laid = sorted(retrieved, key=lambda p: p[0]) + laid
+            return {"ti": ti, "chunks": [x for _, x in laid], "starts": [t for t, _ in laid],
+                    "retrieved": len(retrieved), "ghosts": ghosts, "t_s": k_now / cfg.fps, "dialogue": dialogue,
                     "turns": [(q, a, f) for q, a, f, _ in dialogue] + [(qa.text, qa.answer, qa.family)],
                     "question": qa.text, "family": qa.family, "answer": qa.answer}
 

@@ -212,7 +212,7 @@ def readout_loss(readout: Readout, data, batch: dict) -> torch.Tensor:
               batch["chunk_meta"]]
     if any(n != len(c) for n, c in zip(spans, cells)):
         raise ValueError("vision tokens do not match the cell grid")
-    return readout.loss(batch["video_embeds"], cells, counts)
+    return readout.loss(batch["chunk_embeds"], cells, counts)
 
 
 @torch.no_grad()
