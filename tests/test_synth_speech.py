@@ -167,7 +167,9 @@ def test_video_frames_and_visual_questions_are_unchanged_by_speech(espeak_set):
     (video_on, tl_on, eps_on), (video_off, tl_off, eps_off) = espeak_set
     frames_on, frames_off = _video(video_on), _video(video_off)
     assert len(frames_on) == len(frames_off) == 180
-    assert all(np.array_equal(a, b) for a, b in zip(frames_on, frames_off))
+    # the same frames, encoded twice by x264 (which has, rarely, not given the same bytes twice on a loaded machine):
+    # any change to the picture (a shape moved, a frame shifted) is above half a grey level on average
+    assert all(np.abs(a.astype(int) - b).mean() < 0.5 for a, b in zip(frames_on, frames_off))
     with av.open(str(video_off)) as c:
         assert not c.streams.audio  # speech off: no audio stream at all
     on, off = json.loads(tl_on.read_text()), json.loads(tl_off.read_text())
