@@ -2,7 +2,8 @@
 the retrieved blocks in time order, the window, then the engine's prompt (`adapter.prompt(question, dialogue)`),
 each video chunk its own <|vision_start|>...<|vision_end|> group with Qwen's 3-D positions. Each block is
 computed from what the engine computed it from (`engine_mask`): a chunk from memory from the sinks alone, a window
-chunk or a speech block from the sinks and the window of its time; the prompt and the answer see everything.
+chunk or a speech block from the sinks and the window of its time, for which the 8 s before the window are laid in
+as "ghosts" that the prompt and the answer do not see.
 
 Only the current question's answer is labelled, and only its words and answer are taught where to look
 (`attention_loss`, in two hops): at every colour or shape word of the question, two heads of decoder layer 1 attend
@@ -62,13 +63,12 @@ class Batcher:
         laid = [self._laid(s) for s in samples]  # (kind, start time, chunk or speech block) in context order
         vision = iter(self.data.tokens_for([(s["ti"], x) for s, row in zip(samples, laid) for _, _, x in row
                                             if not isinstance(x, str)]))
-        segments, ghost_tokens = [], []  # per row: (first token, end, start time, kind) of each block; ghost tokens
+        segments = []  # per row: (first token, end, start time, kind) of each block
         for si, s in enumerate(samples):
             ids = list(self.sink_ids)
             first_span = len(chunk_spans)
             blocks = []  # (position, text) of the speech blocks
             segments.append([])
-            ghost_tokens.append([])
             for kind, t, frames in laid[si]:
                 begin = len(ids)
                 if isinstance(frames, str):  # a speech block: its line of text, as the engine encodes it
@@ -85,10 +85,7 @@ class Batcher:
                     ids += [a.vision_start_id] + [a.video_pad_id] * n + [a.vision_end_id]
                     embeds.append(tokens)
                     grids.append(self.data.chunk_grid)
-                    kind = "memory chunk" if kind == "retrieved" else kind
                 segments[-1].append((begin, len(ids), t, kind))
-                if kind == "ghost":
-                    ghost_tokens[-1] += range(begin, len(ids))
             spans = chunk_spans[first_span:]
             earlier, prompt = self.prompt_ids(s)
             answer_ids = tok.encode(s["answer"], add_special_tokens=False) + [self.end_id]
@@ -135,7 +132,7 @@ class Batcher:
         for i, (r, lab) in enumerate(zip(rows, labels)):
             ids = torch.tensor([r])
             n_chunks = int((ids == a.vision_start_id).sum())
-            p = self._positions(r, ghost_tokens[i], segments[i], grid_all[g:g + n_chunks])
+            p = self._positions(r, segments[i], grid_all[g:g + n_chunks])
             g += n_chunks
             input_ids[i, :len(r)] = ids[0]
             label_t[i, :len(r)] = torch.tensor(lab)
@@ -150,11 +147,12 @@ class Batcher:
         """A sample's blocks in context order: the retrieved ones, the ghosts (the window before the window: what
         the engine encoded the window's first blocks on, which nothing after the window reads), the window."""
         r = s["retrieved"]
-        out = [("retrieved", t, x) for t, x in zip(s["starts"][:r], s["chunks"][:r])]
+        out = [("memory speech" if isinstance(x, str) else "memory chunk", t, x)
+               for t, x in zip(s["starts"][:r], s["chunks"][:r])]
         out += [("ghost", t, x) for t, x in s["ghosts"]]
         return out + [("window", t, x) for t, x in zip(s["starts"][r:], s["chunks"][r:])]
 
-    def _positions(self, row: list[int], ghosts: list[int], segments: list, grids: torch.Tensor) -> torch.Tensor:
+    def _positions(self, row: list[int], segments: list, grids: torch.Tensor) -> torch.Tensor:
         """The row's 3-D positions: contiguous over everything but the ghosts (as the engine lays out an answer's
         context), and the ghosts at the positions just before the window, where the engine had them when it
         encoded the window's first blocks (they overlap the retrieved blocks', which neither side sees)."""
@@ -168,6 +166,7 @@ class Batcher:
             return p[:, 0]
 
         out = torch.zeros((3, len(row)), dtype=torch.long)
+        ghosts = [k for b, e, _, kind in segments if kind == "ghost" for k in range(b, e)]
         hidden = set(ghosts)
         chunks = [k for k, t in enumerate(row) if t == a.vision_start_id]  # each chunk's first token, in order
         keep = [k for k in range(len(row)) if k not in hidden]
@@ -236,7 +235,7 @@ def engine_mask(segments: list[tuple[int, int, float, str]], n: int, length: int
     computed from what the engine computed them from (ingest.py):
     - a chunk retrieved from memory ("memory chunk"): from the sinks alone (memory_encoding "sinks", what memory
       keeps of a streamvid-trained model's chunks);
-    - a retrieved speech block ("retrieved"): from the sinks and the retrieved blocks of the `window_s` before it
+    - a retrieved speech block ("memory speech"): from the sinks and the retrieved blocks of the `window_s` before it
       (what is here of the window it was encoded on);
     - a window block, or a ghost (a block of the window before the window): from the sinks and the window and
       ghost blocks of the `window_s` before it, never a retrieved one (its window held that block's window form,
