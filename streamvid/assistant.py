@@ -229,6 +229,9 @@ class StreamingAssistant:
         results: list[Output] = []
         self.ingest.source = source
         self._tap(source)
+        for t, text, kind in pending:  # known ahead: the recogniser listens for the phrases asked from their time
+            if kind != "probe":
+                self.stream.listening.note(text, t + self.ingest.t_offset_s)
         self.hearing = hearing_for(self.config, source, self.stream, replay=True)
 
         def drain() -> None:

@@ -35,7 +35,7 @@ class Hearing:
     def __init__(self, stream: Stream, recognizer: Recognizer, voice_events: bool = False):
         self.stream = stream
         self.listener = Listener(recognizer, on_utterance=stream.hear, on_heard=stream.heard,
-                                 name=f"streamvid-listen-{stream.id}", hint=stream.config.wake_word,
+                                 name=f"streamvid-listen-{stream.id}", hint=stream.hints,
                                  on_voice=stream.voice if voice_events else None)
         self._reader: threading.Thread | None = None
         self._stop = threading.Event()

@@ -45,7 +45,7 @@ from streamvid.kv_window import Block, KVWindow, WindowSnapshot
 from streamvid.memory import LongTermMemory
 from streamvid.proactive import FiringRule
 from streamvid.reasoning import Answering, Reasoning, Trigger
-from streamvid.speech_triggers import heard_condition
+from streamvid.speech_triggers import Listening, heard_condition
 from streamvid.types import Alert, Frame, Output, Question, Status, Transcript, Utterance, VoiceActivity
 from streamvid.wake_word import addressed
 
@@ -97,6 +97,7 @@ class Stream:
         self._heard: deque[Utterance] = deque()  # utterances for the window, not taken by the scheduler yet
         self._heard_until: float | None = None  # the listener's latest `heard`, not taken yet
         self.utterances = 0
+        self.listening = Listening(config.wake_word)  # the phrases asked to hear: told to the recogniser (hints)
         self._inbox_size = 2 * config.frames_per_chunk  # frames not yet taken into chunks (one chunk ahead)
         self._questions: deque[tuple[Question, WindowSnapshot | None]] = deque()
         self._scheduled: list[tuple[float, str, bool]] = []  # (stream time, text, is a watch), by time
@@ -149,6 +150,11 @@ class Stream:
             return
         self.emit(dataclasses.replace(transcript, question_id=qid))
 
+    def hints(self, t_s: float) -> str | None:
+        """What the recogniser is told for an utterance starting at input time `t_s` (listener's thread): the
+        wake word and the phrases asked to hear by then (speech_triggers.Listening)."""
+        return self.listening.hint(t_s + self.ingest.t_offset_s)
+
     def voice(self, event: str, t_s: float) -> None:
         """The voice detector's edge in pushed sound (listener's thread): a {"type": "voice_activity"} output."""
         if not self.closed:
@@ -190,6 +196,7 @@ class Stream:
                 raise BusyError(f"busy: {size} questions are waiting; ask again shortly")
             qid = f"q{next(self._ids)}"
             self._questions.append((Question(qid, text, t_s, dialogue=dialogue), snapshot))
+        self.listening.note(text, t_s)
         self.on_work()
         return qid
 
@@ -208,6 +215,7 @@ class Stream:
         self.reasoning.triggers.check_room(self.config.triggers.max_watches)  # before an id is taken
         trigger_id = f"w{next(self._watch_ids)}"
         t_s = self.ingest.latest_t_s if t_s is None else t_s
+        self.listening.note(phrase, t_s)
         self.reasoning.triggers.add(Trigger(trigger_id, phrase, probe, rule, once=False, created_t_s=t_s,
                                             tokens=tokens, heard=heard), limit=self.config.triggers.max_watches)
         self.on_work()
@@ -217,6 +225,7 @@ class Stream:
         """Ask `text` (or, with `watch`, start watching it) once the stream reaches time `t_s` (or its input ends);
         a question waits for room on the questions queue. ValueError for bad text, at once."""
         text = user_text.clean(text, "condition" if watch else "question")
+        self.listening.note(text, t_s)  # known ahead: the recogniser listens for it from t_s on
         with self._lock:
             self._scheduled.append((t_s, text, watch))
             self._scheduled.sort(key=lambda item: item[0])

@@ -393,6 +393,48 @@ def test_a_stuck_recogniser_holds_up_no_stream(adapter):
         engine.close()
 
 
+class _Hints:
+    """A recogniser double that records what it was told for each utterance."""
+
+    name = "hints"
+
+    def __init__(self):
+        self.told: list[str | None] = []
+
+    def transcribe(self, samples, hint=None):
+        self.told.append(hint)
+        return "hello there"
+
+
+def test_the_recogniser_is_told_the_phrases_asked_to_hear_from_when_they_were_asked(adapter):
+    from conftest import wait_until
+    from streamvid.engine import Engine
+    from streamvid.hearing import Hearing
+
+    engine = Engine(EngineConfig.from_settings(device="cpu", frame_px=56), adapter)
+    stream = engine.open()
+    told = _Hints()
+    hearing = Hearing(stream, told)
+    try:
+        stream.schedule(5.0, "Tell me when someone says 'table'.")  # a question, known ahead
+        stream.watch("said: keys", t_s=15.0)
+        stream.schedule(16.0, "What colour is the star?")  # asks to hear nothing
+        stream.schedule(30.0, "Let me know when someone says 'stop'.")  # after every utterance below
+        rng = np.random.default_rng(0)
+        x = np.zeros(25 * RATE, np.float32)
+        for t in (3.0, 12.0, 20.0):  # three utterances of 1 s
+            x[int(t * RATE):int((t + 1) * RATE)] = 0.5 * rng.standard_normal(RATE)
+        hearing.listener.segmenter = Segmenter(probabilities=lambda v: np.array(
+            [float(np.abs(v[i:i + WINDOW]).mean() > 0.1) for i in range(0, len(v), WINDOW)]))
+        hearing.feed(AudioChunk(0.0, x))
+        hearing.finish()
+        assert wait_until(lambda: len(told.told) == 3)
+        assert told.told == ["assistant", "assistant, table", "assistant, keys, table"]
+    finally:
+        hearing.close()
+        engine.close()
+
+
 def _drain(stream):
     import queue
 

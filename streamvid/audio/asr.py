@@ -38,8 +38,9 @@ class Recognizer(Protocol):
     name: str
 
     def transcribe(self, samples: np.ndarray, hint: str | None = None) -> str:
-        """The words of one utterance (float32 mono at pcm.RATE); "" when it heard none. `hint`: a word the speaker
-        may say (the wake word), for recognisers that can be told (Whisper's hotwords)."""
+        """The words of one utterance (float32 mono at pcm.RATE); "" when it heard none. `hint`: words the speaker
+        may say, comma separated (the wake word, the phrases users asked to hear: speech_triggers.Listening), for
+        recognisers that can be told (Whisper's hotwords)."""
         ...
 
 
@@ -52,7 +53,8 @@ class WhisperCT2:
     most 8 + 6 tokens per second of speech, so a decoding that repeats itself ("W-W-W-...") ends (held-out espeak-ng
     lines: word error rate 3.3 greedy and uncapped, 0.46 capped, 0.41 with the beam, in about the same time). The
     wake word is given as a hotword: espeak-ng's "assistant, how many shapes are there?" was heard with it 4 times in
-    4 (1 without), and five utterances without it were heard the same either way."""
+    4 (1 without), and five utterances without it were heard the same either way. So are the phrases users asked to
+    hear: on held-out synth streams a watched word was heard in 77 of the 86 utterances saying it (59 without)."""
 
     def __init__(self, model_dir: str | Path, name: str, device: str = "cpu", threads: int = 1):
         from faster_whisper import WhisperModel

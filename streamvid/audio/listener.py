@@ -34,10 +34,12 @@ QUEUE_S = 8.0  # seconds of sound queued for the thread before `feed` waits
 class Listener:
     def __init__(self, recognizer: Recognizer, on_utterance: Callable[[Utterance], None],
                  on_heard: Callable[[float], None] = lambda t: None, segmenter: Segmenter | None = None,
-                 name: str = "streamvid-listen", hint: str | None = None,
+                 name: str = "streamvid-listen", hint: str | Callable[[float], str | None] | None = None,
                  on_voice: Callable[[str, float], None] | None = None):
         self.recognizer = recognizer
-        self.hint = hint or None  # a word speakers may say (the wake word): the recogniser is told
+        # words speakers may say (the wake word, phrases users wait for), told to the recogniser: fixed, or
+        # a function of the utterance's start (stream.Stream.hints)
+        self.hint = hint or None
         self.on_utterance = on_utterance
         self.on_heard = on_heard
         self.on_voice = on_voice  # the detector's edges: ("speech_started" | "speech_stopped", stream time)
@@ -118,7 +120,7 @@ class Listener:
     def _hear(self, speech) -> None:
         for s in speech:
             t0 = time.perf_counter()
-            text = self.recognizer.transcribe(s.samples, self.hint)
+            text = self.recognizer.transcribe(s.samples, self.hint(s.t_s) if callable(self.hint) else self.hint)
             self.asr_s += time.perf_counter() - t0
             if text.strip(" .,!?-"):
                 self.utterances += 1
