@@ -71,13 +71,14 @@ def test_speech_questions_are_laid_out_as_the_engine_hears(family, tmp_path_fact
     """Speech blocks sit where the engine puts them: in the window, each just before the first chunk that starts
     at or after the end of its line in the gold track (`synth.speech.plan_lines` times, ends from the sample's
     timeline); retrieved ones in time order; a question naming a time gets the blocks at that second alone. The
-    answer is in the context: the newest line's words (realtime), the words of the line at the named second, the
-    second of the line that says the quoted word."""
+    answer is in the context: the newest line's words (realtime; in a window as short as 4 s too, where a line
+    said 6 s ago has left it: such a question is not asked, as the engine's 8 s hold it), the words of the line at
+    the named second, the second of the line that says the quoted word."""
     cfg = TrainConfig(out_dir=tmp_path_factory.mktemp("unused"), n_timelines=1, minutes=2.0, families={family: 1.0})
     speech = TrainingData(cfg, np.random.default_rng(5))
     fps, fpc = cfg.fps, cfg.frames_per_chunk
-    for _ in range(12):
-        s = speech.sample(6, speech.eval_ids)  # (the held-out streams all have sound)
+    for i in range(12):
+        s = speech.sample(6 if i % 2 else 4, speech.eval_ids)  # (the held-out streams all have sound)
         gold = {math.floor(u.t_s + 1e-6): u for u in speech.timelines[s["ti"]].speech}
         blocks = [(i, _line(c)) for i, c in enumerate(s["chunks"]) if isinstance(c, str)]
         assert blocks and all(sec in gold for _, (sec, _) in blocks)

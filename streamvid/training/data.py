@@ -201,6 +201,8 @@ class TrainingData:
             past = [list(range(s, s + fpc)) for s in range(first_window - fpc, -1, -fpc)]  # newest first
             first_c, newest_c = first_window // fpc, k_now // fpc
             lines = self.lines[ti]
+            if qa.family == "realtime_said" and slot(line_of(lines, qa.evidence_s), chunk_s) <= first_c:
+                continue  # the line left this short window (the engine's 8 s hold every line realtime_said asks of)
             if qa.family in SPEECH:
                 remembered = [u for u in lines if slot(u, chunk_s) <= first_c]  # evicted into memory
                 retrieved = self._retrieved_speech(ti, qa, past, remembered, chunk_s, rng)
