@@ -12,7 +12,9 @@ episode's scorer (`eval.metrics.score`: case, punctuation and number words norma
 recogniser got wrong, against what the stream's own `transcript` lines say ("heard"): the words of the newest
 transcript before the question (realtime), of the transcript starting in the named second (backward), the
 "mm:ss" of the transcript holding the quoted word (when); a question whose transcript does not exist is left out
-of "heard".
+of "heard". "recognised": the share of questions whose own transcript answer (the same rule) is right by the
+gold, i.e. the recogniser heard the line well enough for a model that copies perfectly to be right; it bounds the
+accuracy a model can reach with this recogniser. "accuracy_when_recognised": the accuracy on those questions alone.
 
 Prints progress on stderr and one JSON summary on stdout.
 """
@@ -64,6 +66,8 @@ def main() -> None:
     args = ap.parse_args()
     right: dict[str, list[bool]] = {f: [] for f in FAMILIES}
     copied: dict[str, list[bool]] = {f: [] for f in FAMILIES}
+    recognised: dict[str, list[bool]] = {f: [] for f in FAMILIES}
+    right_recognised: dict[str, list[bool]] = {f: [] for f in FAMILIES}
     misses = []
     for seed in seeds(args.seeds):
         folder = args.work / f"s{seed}"
@@ -91,16 +95,26 @@ def main() -> None:
             g = gold[e["id"]]
             ok = score(reply, g["gold"]["text"], g["scorer"])
             right[e["task"]].append(ok)
+            rec = said is not None and score(said, g["gold"]["text"], g["scorer"])
+            recognised[e["task"]].append(rec)
+            if rec:
+                right_recognised[e["task"]].append(ok)
             if not ok:
                 misses.append({"seed": seed, "t": e["t"], "task": e["task"], "question": e["text"],
                                "gold": g["gold"]["text"], "answer": reply})
         log(f"seed {seed}: {len(asks)} questions in {time.monotonic() - t0:.0f} s")
-    acc = {f: round(sum(v) / len(v), 3) if v else None for f, v in right.items()}
+    def share(v: list[bool]) -> float | None:
+        return round(sum(v) / len(v), 3) if v else None
+
+    acc = {f: share(v) for f, v in right.items()}
     heard_acc = {f: [round(sum(v) / len(v), 3) if v else None, len(v)] for f, v in copied.items()}
     realtime_backward = right["realtime_said"] + right["backward_said_at_time"]
     summary = {"settings": "streamvid run defaults" + (f" plus {' '.join(args.extra)}" if args.extra else ""),
                "seeds": args.seeds, "minutes": args.minutes, "n": {f: len(v) for f, v in right.items()},
-               "accuracy": acc, "heard_accuracy_n": heard_acc, "realtime_and_backward": round(sum(realtime_backward) / max(1, len(realtime_backward)), 3),
+               "accuracy": acc, "heard_accuracy_n": heard_acc,
+               "recognised": {f: share(v) for f, v in recognised.items()},
+               "accuracy_when_recognised_n": {f: [share(v), len(v)] for f, v in right_recognised.items()},
+               "realtime_and_backward": round(sum(realtime_backward) / max(1, len(realtime_backward)), 3),
                "misses": misses}
     print(json.dumps(summary, indent=1))
 

@@ -14,8 +14,8 @@ A phrase matches a transcript that says it as whole words in order, case, punctu
     listening.hint(15.3)                                               # "assistant, hexagon": for the recogniser
 
 The phrases users asked to hear are told to the speech recogniser (Whisper's hotwords) for the utterances that
-start after they were asked: on held-out synth streams, utterances saying a watched word held it 59 times in 86
-without and 77 with, and the rest of their words were heard better too (benchmarks/RESULTS.md).
+start after they were asked: on held-out synth streams, utterances saying a watched word held it 58 times in 85
+told nothing and 76 told, and the rest of their words were heard better too (benchmarks/RESULTS.md).
 """
 
 from __future__ import annotations

@@ -11,12 +11,13 @@ from streamvid.synth.world import generate
 
 NOW = ["What colour is the circle?", "How many shapes do you see?", "Is there a red star?", "What is happening?",
        "Which shape is purple?", "What do you see right now?", "Are the lights on?", "Is the door open now?",
-       "What\u2019s on screen?", "Do you see a dog?"]
+       "What\u2019s on screen?", "Do you see a dog?", "What did someone just say?", "What was just said?",
+       "What did you just hear?", "Did a red circle just appear?", "What has she just said?"]
 NOT_NOW = ["What colour was the circle?", "What did you see at 00:04?", "What was on screen at 1:02:03?",
            "Have you seen my keys?", "Where are my keys?", "Is this the first time the dog is here?",
            "Is the cat back again?", "How many people have entered so far?", "Describe the video.", "Summarise.",
            "Did a red circle appear?", "What happened before the car left?", "Is it the same person as earlier?",
-           "Qu'est-ce que tu vois ?", ""]
+           "Qu'est-ce que tu vois ?", "", "What was just said at 01:02?", "What did he just say before the door closed?"]
 
 
 @pytest.mark.parametrize("text", NOW)

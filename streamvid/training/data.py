@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from streamvid.scope import about_now
 from streamvid.sources import FileSource
 from streamvid.synth.questions import QA, describe, frames_show, mentions, sample_qa
 from streamvid.synth.world import CELL_PX, COLOURS, SHAPES, Timeline, generate, shape_mask, write_mp4
@@ -285,8 +286,11 @@ class TrainingData:
         """(start time, chunk or speech block) in the retrieved slot for a question about what was said, as
         `Reasoning.retrieve` gives them: for a named time the blocks there (`memory.ids_at`, half a chunk either
         side); for a quoted word the speech block saying it (when memory holds it) then chunks by meaning; else the
-        speech blocks nearest by meaning (here: any of memory's), then chunks, top_k in all."""
+        speech blocks nearest by meaning (here: any of memory's), then chunks, top_k in all; nothing for a question
+        about the moment just past."""
         k, fps = self.cfg.top_k, self.cfg.fps
+        if about_now(qa.text):  # "what was just said?": the window alone (scope.about_now)
+            return []
         line = line_of(self.lines[ti], qa.evidence_s)
         if qa.family == "backward_said_at_time":
             if line not in remembered:
