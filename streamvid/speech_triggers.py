@@ -103,8 +103,9 @@ class Listening:
         except ValueError:
             return
         if heard is not None and heard.phrase is not None:
-            with self._lock:
-                self._asked.append((t_s, heard.phrase))
+            with self._lock:  # (a scheduled question is noted when scheduled and again when asked: once is enough)
+                if not any(p == heard.phrase and t <= t_s for t, p in self._asked):
+                    self._asked.append((t_s, heard.phrase))
 
     def hint(self, t_s: float) -> str | None:
         """What the recogniser is told for an utterance starting at stream time `t_s`: the wake word, then the
