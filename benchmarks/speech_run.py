@@ -107,7 +107,7 @@ def main() -> None:
         return round(sum(v) / len(v), 3) if v else None
 
     acc = {f: share(v) for f, v in right.items()}
-    heard_acc = {f: [round(sum(v) / len(v), 3) if v else None, len(v)] for f, v in copied.items()}
+    heard_acc = {f: [share(v), len(v)] for f, v in copied.items()}
     realtime_backward = right["realtime_said"] + right["backward_said_at_time"]
     summary = {"settings": "streamvid run defaults" + (f" plus {' '.join(args.extra)}" if args.extra else ""),
                "seeds": args.seeds, "minutes": args.minutes, "n": {f: len(v) for f, v in right.items()},

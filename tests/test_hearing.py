@@ -5,8 +5,9 @@ References are independent of the code under test: the sound is placed by the te
 speech, whose voiced part is measured on the samples), decoded back with the standard library's `wave` or with
 plain numpy (FFT), and the transcripts are checked for the words spoken. The bundled model runs the pipeline;
 its answers about what was said are checked against the recogniser's own transcript (what it was given), and
-elsewhere only what it was given is (retrieved blocks, evidence). Tests that speak need espeak-ng (`apt-get install espeak-ng`): skipped without it, except where
-STREAMVID_REQUIRE_SPEECH=1 (.ci/run), which makes its absence a failure.
+elsewhere only what it was given is (retrieved blocks, evidence). Tests that speak need espeak-ng (`apt-get install
+espeak-ng`): skipped without it, except where STREAMVID_REQUIRE_SPEECH=1 (.ci/run), which makes its absence a
+failure.
 """
 
 from __future__ import annotations

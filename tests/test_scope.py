@@ -17,7 +17,8 @@ NOT_NOW = ["What colour was the circle?", "What did you see at 00:04?", "What wa
            "Have you seen my keys?", "Where are my keys?", "Is this the first time the dog is here?",
            "Is the cat back again?", "How many people have entered so far?", "Describe the video.", "Summarise.",
            "Did a red circle appear?", "What happened before the car left?", "Is it the same person as earlier?",
-           "Qu'est-ce que tu vois ?", "", "What was just said at 01:02?", "What did he just say before the door closed?"]
+           "Qu'est-ce que tu vois ?", "", "What was just said at 01:02?",
+           "What did he just say before the door closed?"]
 
 
 @pytest.mark.parametrize("text", NOW)
