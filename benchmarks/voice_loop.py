@@ -1,7 +1,7 @@
 """The voice loop through the realtime socket: how soon a spoken question is answered aloud, and whether spoken
 questions are answered as well as typed ones.
 
-    python benchmarks/voice_loop.py [--quick] [--work DIR]
+    python benchmarks/voice_loop.py [--quick] [--work DIR] [--model DIR]
 
 A `streamvid serve` child with its defaults (the bundled model, `--asr whisper-tiny.en`, `--tts auto`: the best
 voice installed, turn detection `server_vad` with the default 500-ms pause, wake word "assistant") on 127.0.0.1.
@@ -230,6 +230,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="one stream, 5 questions")
     ap.add_argument("--work", type=Path, default=None)
+    ap.add_argument("--model", default=None, help="serve this checkpoint instead of the bundled one")
     args = ap.parse_args()
     if shutil.which("espeak-ng") is None:
         print("espeak-ng is needed to speak the questions: apt-get install espeak-ng", file=sys.stderr)
@@ -239,7 +240,8 @@ def main() -> int:
     seeds, per = (SEEDS[:1], 5) if args.quick else (SEEDS, PER_STREAM)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen([sys.executable, "-m", "streamvid.cli", "serve", "--port", str(port)],
+    model = ["--model", args.model] if args.model else []
+    server = subprocess.Popen([sys.executable, "-m", "streamvid.cli", "serve", "--port", str(port), *model],
                               stdout=subprocess.DEVNULL, stderr=open(work / "serve.log", "w"),
                               env={**os.environ})
     try:
@@ -270,6 +272,7 @@ def main() -> int:
         acc = {m: round(sum(r["correct"] for r in rs) / max(1, len(rs)), 3) for m, rs in rows.items()}
         summary = {
             "settings": "streamvid serve defaults (bundled model, --asr whisper-tiny.en, --tts auto, server_vad 500 ms)",
+            "model": args.model or "bundled",
             "voice": server_voice("auto").name,
             "questions": len(rows["spoken"]),
             "heard_as_questions": sum(r.get("heard") is not None for r in rows["spoken"]),

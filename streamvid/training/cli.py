@@ -2,6 +2,7 @@
 
     python -m streamvid.training --out DIR [--seed S] [--steps N] [--time-budget-min M] [--init DIR]
                                  [--vision-refine-steps N] [--lr LR] [--block-side | --no-block-side]
+                                 [--heard-questions P]
     python -m streamvid.training --resume DIR [--time-budget-min M]
 
 `--resume DIR` continues the training whose state is in DIR (`DIR/resume/`, written at least every 10 minutes) with
@@ -34,6 +35,9 @@ def add_arguments(p: argparse.ArgumentParser, default_out: Path | None = None) -
     p.add_argument("--block-side", action=argparse.BooleanOptionalAction, default=None,
                    help="train the tower's merger with the language model and the retrieval bank (default: on for "
                         "a fresh retrain, off for a fine-tune)")
+    p.add_argument("--heard-questions", type=float, default=0.0, metavar="P",
+                   help="ask this share of the user questions in the words the default recogniser heard synth's "
+                        "voices say them in (needs espeak-ng; the table is built once into --out)")
     p.add_argument("--resume", type=Path, default=None, metavar="DIR",
                    help="continue the training whose state is in DIR from its last checkpoint")
 
@@ -43,7 +47,8 @@ def run(args: argparse.Namespace) -> dict:
 
     budget = None if args.time_budget_min is None else 60 * args.time_budget_min
     if args.resume is not None:
-        defaults = {"seed": 0, "steps": None, "init": None, "vision_refine_steps": 0, "lr": None, "block_side": None}
+        defaults = {"seed": 0, "steps": None, "init": None, "vision_refine_steps": 0, "lr": None, "block_side": None,
+                    "heard_questions": 0.0}
         changed = [k for k, v in defaults.items() if getattr(args, k) != v]
         out_given = args.out is not None and args.out != getattr(args, "default_out", None)
         if changed or (out_given and Path(args.out).resolve() != Path(args.resume).resolve()):
@@ -61,6 +66,8 @@ def run(args: argparse.Namespace) -> dict:
         kw["lr"] = args.lr
     if args.block_side is not None:
         kw["block_side"] = args.block_side
+    if args.heard_questions:
+        kw["heard_p"] = args.heard_questions
     return train(TrainConfig(out_dir=args.out, seed=args.seed, steps=args.steps, **kw))
 
 

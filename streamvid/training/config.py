@@ -21,6 +21,9 @@ DIALOGUE_FAMILIES = ("realtime_colour", "realtime_shape", "realtime_count", "rea
 # answered without the dialogue: a question that names a time (the moment alone, `Reasoning.begin`) and the trigger
 # probes (`adapter.probe`: the bare question)
 ALONE = ("backward_at_time", "backward_said_at_time", "probe", "probe_edge")
+# the user questions train-tiny asks aloud (`heard_p`): not those that name a time, which the engine answers from the
+# blocks at the time it reads in the words (a misheard "at 254" names none, and the engine answers it otherwise)
+ASKED_ALOUD = tuple(f for f in DIALOGUE_FAMILIES if f not in ALONE)
 CONFUSABLE = ("circle", "hexagon")  # the shapes the bundled tower confused most (benchmarks/vision_confusion.py)
 PROBE_TEMPLATE = "Is there {a} {c} {s} now? Answer yes or no."
 N_EVAL_TIMELINES = 2
@@ -76,6 +79,9 @@ class TrainConfig:
     vision_refine_lr: float = 1e-3
     vision_anchor: float = 1.0  # weight of the refined tokens' relative squared distance to the tower's tokens before
     confusable_frac: float = 0.5  # share of refinement scenes that show a CONFUSABLE shape
+    # share of user questions asked aloud: in the words the default recogniser heard synth's voices say them in
+    # (training/heard.py; the table is built once into the training folder)
+    heard_p: float = 0.0
 
     @property
     def trains_block_side(self) -> bool:

@@ -30,7 +30,7 @@ from streamvid.sources import FileSource
 from streamvid.synth.questions import QA, describe, frames_show, mentions, sample_qa
 from streamvid.synth.world import CELL_PX, COLOURS, SHAPES, Timeline, generate, shape_mask, write_mp4
 
-from .config import ALONE, DIALOGUE_FAMILIES, N_EVAL_TIMELINES, PROBE_TEMPLATE, SPEECH, TrainConfig
+from .config import ALONE, ASKED_ALOUD, DIALOGUE_FAMILIES, N_EVAL_TIMELINES, PROBE_TEMPLATE, SPEECH, TrainConfig
 from .speech import SOUND_P, Line, as_speech, line_of, lines_for, slot
 from .vision import video_inputs
 
@@ -62,6 +62,9 @@ class TrainingData:
         self._names: dict[int, np.ndarray] = {}
         self.merger = None  # the tower's merger, while it trains: tokens are made from `pre` then
         self.pre: list[torch.Tensor] | None = None
+        # question text -> its heard forms (training/heard.py): a user question is asked in one of them with
+        # probability cfg.heard_p
+        self.heard: dict[str, list[str]] = {}
 
     def _decode(self, tl: Timeline, path: Path) -> np.ndarray:
         write_mp4(tl, path, size=self.cfg.frame_px)
@@ -273,7 +276,25 @@ class TrainingData:
         qa = sample_qa(tl, k_now / self.cfg.fps, rng, window_s, [family])
         if qa is not None and family in ("realtime_said", "backward_said_at_time"):
             qa = dataclasses.replace(qa, answer=line_of(self.lines[ti], qa.evidence_s).transcript)
+        if qa is not None and family in ASKED_ALOUD and self.heard.get(qa.text):
+            qa = asked_aloud(qa, self.heard[qa.text], self.cfg.heard_p, rng)
         return qa
+
+    def draw_question(self, family: str, rng: np.random.Generator) -> str | None:
+        """The text of a question of `family` about a random moment of a random training stream (None when none
+        fits there), as written."""
+        pool = [i for i in self.train_ids if self.lines[i]] if family in SPEECH else self.train_ids
+        if not pool:
+            return None
+        ti = int(rng.choice(pool))
+        fpc = self.cfg.frames_per_chunk
+        k_now = fpc * int(rng.integers(self.cfg.window_blocks + 2, self.timelines[ti].n_frames // fpc)) - 1
+        heard, self.heard = self.heard, {}
+        try:
+            qa = self._qa(ti, family, k_now, rng, self.cfg.window_blocks * fpc / self.cfg.fps)
+        finally:
+            self.heard = heard
+        return None if qa is None else qa.text
 
     def eval_set(self, n: int, turns: int = 0) -> list[dict]:
         """n samples from the held-out timelines with the engine's window length and `turns` earlier turns (fixed
@@ -338,6 +359,13 @@ class TrainingData:
         if others and n_random:
             chosen += [others[i] for i in rng.choice(len(others), min(n_random, len(others)), replace=False)]
         return chosen
+
+
+def asked_aloud(qa: QA, heard: list[str], p: float, rng: np.random.Generator) -> QA:
+    """With probability p, the question in one of the words it was `heard` in (its answer the same); else as is."""
+    if not heard or rng.random() >= p:
+        return qa
+    return dataclasses.replace(qa, text=heard[int(rng.integers(len(heard)))])
 
 
 def probe_edge(tl: Timeline, frames: list[int], rng: np.random.Generator) -> QA | None:

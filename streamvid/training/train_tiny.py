@@ -59,8 +59,10 @@ from streamvid.checkpoints.tiny import build_tiny_checkpoint
 from streamvid.synth.world import CELL_PX, COLOURS, SHAPES
 
 from . import checkpoint as ckpt
+from . import heard
 from .batcher import Batcher, attention_loss, forward
-from .config import CONFUSABLE, FAMILY_WEIGHTS, N_EVAL_TIMELINES, PROBE_TEMPLATE, REALTIME, TrainConfig, config_json
+from .config import (ASKED_ALOUD, CONFUSABLE, FAMILY_WEIGHTS, N_EVAL_TIMELINES, PROBE_TEMPLATE, REALTIME,
+                     TrainConfig, config_json)
 from .data import TrainingData, probe_edge
 from .retrieval import bank_loss, contrastive_loss, retrieval_check
 from .vision import (
@@ -118,6 +120,31 @@ def resume(out_dir: Path, time_budget_s: float | None = None) -> dict:
     return train(cfg, _state=(meta, tensors))
 
 
+def heard_questions(out: Path, data: TrainingData, seed: int) -> dict[str, list[str]]:
+    """The training's user questions as the default recogniser hears them said (`heard.py`): read from
+    out/heard_questions.json, built there the first time (about 6 minutes: each question in three voices)."""
+    path = out / "heard_questions.json"
+    if path.is_file():
+        return heard.load(path)
+    from streamvid.audio.asr import load_recognizer
+    from streamvid.config import DEFAULTS
+    from streamvid.voices import available_voices, load_voice
+
+    voices = heard.training_voices([load_voice(name) for name in available_voices()])
+    if not voices:
+        raise ValueError("heard questions need a voice to say them: install espeak-ng")
+    families = [f for f in ASKED_ALOUD if f in data.cfg.families]
+    texts = heard.question_texts(data.draw_question, families, np.random.default_rng([seed, 1]))
+    t0 = time.perf_counter()
+    table = heard.hear_questions(texts, load_recognizer(), voices, DEFAULTS.wake_word,
+                                 np.random.default_rng([seed, 2]))
+    heard.save(table, path)
+    log.warning("train %s", {"heard_questions": len(table), "voices": [f"{v.name}:{var}" for v, var in voices],
+                              "heard_as_written": sum(f == t for t, fs in table.items() for f in fs),
+                              "heard": sum(len(fs) for fs in table.values()), "s": round(time.perf_counter() - t0)})
+    return table
+
+
 def train(cfg: TrainConfig, _state: tuple[dict, dict] | None = None) -> dict:
     """Build a fresh tiny checkpoint (or copy `init_from`), train it, save it to cfg.out_dir with a training record
     (`_state`: a checkpoint's to continue from, see `resume`)."""
@@ -146,6 +173,8 @@ def train(cfg: TrainConfig, _state: tuple[dict, dict] | None = None) -> dict:
     steps = 6000 if cfg.steps is None else cfg.steps
     # a fine-tune without main steps (the tower refined alone) reads only the held-out timelines (its vision check)
     data = TrainingData(replace(cfg, n_timelines=0) if steps == 0 and cfg.init_from is not None else cfg, rng)
+    if cfg.heard_p > 0 and steps > 0:
+        data.heard = heard_questions(out, data, cfg.seed)
     batcher = Batcher(adapter, data)
     eval_sets = {"held_out": data.eval_set(cfg.eval_samples), "held_out_dialogue": data.eval_set(cfg.eval_samples, 2)}
     model.set_attn_implementation("eager")  # the attention loss reads the attention weights
