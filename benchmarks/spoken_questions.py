@@ -4,14 +4,15 @@
     python benchmarks/spoken_questions.py [--seeds 1001-1005] [--work runs/heldout] [-- EXTRA RUN FLAGS]
 
 For each seed: the silent held-out stream `streamvid synth --seed S --minutes 10 --speech off` (an existing folder
-is reused), and its user questions about now and the past (the realtime and backward families but the one naming a time,
-which espeak-ng says digit by digit; "tell me when" requests are watches, not questions). Each recording is "Assistant, <question>" in espeak-ng's en-us voice (the
-voice of benchmarks/voice_loop.py, a voice train-tiny's spoken questions never use), heard by the stream's
-recogniser as `--ask-audio` hears it (Whisper tiny.en by default, told the wake word). Both runs replay the whole
-stream with every question at its time, so answers differ only by the words asked. Each answer is scored against
-the episode's gold with its scorer (`eval.metrics.score`). "heard_as_written": the share of recordings whose words,
-normalised as the scorer normalises answers, are the question's ("color" counted as "colour", as the bundled
-tokenizer reads it). EXTRA RUN FLAGS (e.g. `--model DIR`) go to both runs and are named in the summary.
+is reused), and its user questions about now and the past (the realtime and backward families but the one naming a
+time, which espeak-ng says digit by digit; "tell me when" requests are watches, not questions). Each recording is
+"Assistant, <question>" in espeak-ng's en-us voice (the voice of benchmarks/voice_loop.py, a voice train-tiny's
+spoken questions never use), heard by the stream's recogniser as `--ask-audio` hears it (Whisper tiny.en by
+default, told the wake word). Both runs replay the whole stream with every question at its time, so answers differ
+only by the words asked. Each answer is scored against the episode's gold with its scorer (`eval.metrics.score`).
+"heard_as_written": the share of recordings whose words, normalised as the scorer normalises answers, are the
+question's ("color" counted as "colour", as the bundled tokenizer reads it); "spoken_accuracy_n" splits the spoken
+answers by it. EXTRA RUN FLAGS (e.g. `--model DIR`) go to both runs and are named in the summary.
 
 The real-time loop through the realtime socket, with its latency, is benchmarks/voice_loop.py; this one asks
 many more questions, deterministically, in a few minutes.
@@ -63,6 +64,7 @@ def main() -> int:
         return 2
     right = {m: {f: [] for f in FAMILIES} for m in ("typed", "spoken")}
     as_written: dict[str, list[bool]] = {f: [] for f in FAMILIES}
+    spoken_by_hearing: dict[bool, list[bool]] = {True: [], False: []}  # heard as written? -> spoken answers right
     misses = []
     for seed in seeds(args.seeds):
         folder = args.work / f"s{seed}"
@@ -99,6 +101,7 @@ def main() -> int:
                 if mode == "spoken":
                     row["heard"] = a.get("question")
                     as_written[e["task"]].append(words(a.get("question", "")) == words(e["text"]))
+                    spoken_by_hearing[as_written[e["task"]][-1]].append(ok)
             if row["typed"] is None or row["spoken"] is None or \
                     right["typed"][e["task"]][-1] != right["spoken"][e["task"]][-1]:
                 misses.append(row)
@@ -115,6 +118,8 @@ def main() -> int:
                "spoken_minus_typed": round(share(every["spoken"]) - share(every["typed"]), 3),
                "heard_as_written": {"all": share([x for v in as_written.values() for x in v]),
                                     **{f: share(v) for f, v in as_written.items()}},
+               "spoken_accuracy_n": {"heard_as_written": [share(spoken_by_hearing[True]), len(spoken_by_hearing[True])],
+                                     "misheard": [share(spoken_by_hearing[False]), len(spoken_by_hearing[False])]},
                "differ": misses}
     print(json.dumps(summary, indent=1))
     return 0

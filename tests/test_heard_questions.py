@@ -70,6 +70,18 @@ def test_a_question_is_heard_as_the_engine_reads_it(tmp_path):
         load(tmp_path / "bad.json")
 
 
+def test_a_heard_question_that_lost_what_it_asks_about_is_left_out():
+    rec = Scripted(["Assistant, what shape is verbal?", "Assistant, what shape is purple",
+                    "Assistant, when was time?", "Assistant, when did someone say star?",
+                    "Assistant, do you see a red hex?", "Assistant, is near a red hexagon."])
+    voices = training_voices([Tone()])
+    table = hear_questions(["What shape is purple?", "When did someone say 'star'?", "Do you see a red hexagon?"],
+                           rec, voices, "assistant", np.random.default_rng(0), per_text=2)
+    assert table == {"What shape is purple?": ["What shape is purple"],
+                     "When did someone say 'star'?": ["When did someone say star?"],
+                     "Do you see a red hexagon?": ["Is near a red hexagon."]}
+
+
 def test_question_texts_are_distinct_and_capped_per_family():
     drawn = iter(["a", "b", "a", None, "c", "d", "x", "x", "a"])
     texts = question_texts(lambda family, rng: next(drawn), ["f1", "f2"], np.random.default_rng(0), tries=4)

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from streamvid.audio.pcm import RATE
+from streamvid.synth.questions import mentions
 from streamvid.synth.speech import resample, voiced_span
 from streamvid.voices import Voice
 from streamvid.wake_word import addressed
@@ -59,8 +61,10 @@ def question_texts(draw: Callable[[str, np.random.Generator], str | None], famil
 def hear_questions(texts: Sequence[str], recognizer, voices: Sequence[tuple[Voice, str]], wake_word: str,
                    rng: np.random.Generator, per_text: int = VOICES_PER_TEXT) -> dict[str, list[str]]:
     """text -> what the recogniser heard of "<Wake word>, <text>" said by `per_text` of the voices (drawn for each
-    text), wake word stripped as the engine strips it (`addressed`); a saying in which the wake word was not heard
-    is left out (the engine would not have taken it for a question)."""
+    text), wake word stripped as the engine strips it (`addressed`). Left out: a saying in which the wake word was
+    not heard (the engine would not have taken it for a question), and one that lost a name the question asks
+    about (`names_kept`: "What shape is verbal?" for "What shape is purple?" cannot be answered, and a model taught
+    to answer it learns to guess)."""
     table: dict[str, list[str]] = {}
     for i, text in enumerate(texts):
         forms = []
@@ -72,12 +76,20 @@ def hear_questions(texts: Sequence[str], recognizer, voices: Sequence[tuple[Voic
             pad = int(0.2 * RATE)  # the voice detector keeps a little silence around an utterance
             clip = np.concatenate([np.zeros(pad, np.float32), samples[a:b], np.zeros(pad, np.float32)])
             heard = addressed(recognizer.transcribe(clip, wake_word), wake_word)
-            if heard is not None:
+            if heard is not None and names_kept(text, heard):
                 forms.append(heard)
         table[text] = forms
         if (i + 1) % 50 == 0:
             log.info("heard questions: %d of %d", i + 1, len(texts))
     return table
+
+
+def names_kept(written: str, heard: str) -> bool:
+    """Whether the heard words still hold the shape and colour the written question names, and its quoted word."""
+    words = set(re.findall(r"[a-z0-9]+", heard.lower()))
+    quoted = re.findall(r"'([^']+)'", written)
+    names = [n for n in (*mentions(written), *(q.lower() for q in quoted)) if n is not None]
+    return all(set(re.findall(r"[a-z0-9]+", n)) <= words for n in names)
 
 
 def save(table: dict[str, list[str]], path: Path) -> None:
