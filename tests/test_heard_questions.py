@@ -106,6 +106,8 @@ def test_training_samples_ask_user_questions_in_their_heard_words(tmp_path):
     rng = np.random.default_rng(4)
     texts = {data.draw_question(f, rng) for f in families for _ in range(400)}
     data.heard = {t: [f"heard: {t}"] for t in texts if t is not None}
+    drawn = [data.draw_question("realtime_colour", rng) for _ in range(20)]
+    assert all(t is None or not t.startswith("heard: ") for t in drawn)  # the table is built from the written words
     questions = []
     for _ in range(40):
         s = data.sample(4)

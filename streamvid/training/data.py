@@ -267,16 +267,18 @@ class TrainingData:
                 break
         return out[::-1]
 
-    def _qa(self, ti: int, family: str, k_now: int, rng: np.random.Generator, window_s: float) -> QA | None:
+    def _qa(self, ti: int, family: str, k_now: int, rng: np.random.Generator, window_s: float,
+            aloud: bool = True) -> QA | None:
         """A question of `family` about the moment of frame k_now, the last frame of the newest chunk. The answer
-        to what was said is the line's transcript, as the speech block shows it."""
+        to what was said is the line's transcript, as the speech block shows it. `aloud`: a user question may be
+        asked in its heard words (`heard`, `cfg.heard_p`)."""
         tl = self.timelines[ti]
         if family == "probe_edge":
             return probe_edge(tl, list(range(k_now + 1 - self.cfg.frames_per_chunk, k_now + 1)), rng)
         qa = sample_qa(tl, k_now / self.cfg.fps, rng, window_s, [family])
         if qa is not None and family in ("realtime_said", "backward_said_at_time"):
             qa = dataclasses.replace(qa, answer=line_of(self.lines[ti], qa.evidence_s).transcript)
-        if qa is not None and family in ASKED_ALOUD and self.heard.get(qa.text):
+        if aloud and qa is not None and family in ASKED_ALOUD and self.heard.get(qa.text):
             qa = asked_aloud(qa, self.heard[qa.text], self.cfg.heard_p, rng)
         return qa
 
@@ -289,11 +291,7 @@ class TrainingData:
         ti = int(rng.choice(pool))
         fpc = self.cfg.frames_per_chunk
         k_now = fpc * int(rng.integers(self.cfg.window_blocks + 2, self.timelines[ti].n_frames // fpc)) - 1
-        heard, self.heard = self.heard, {}
-        try:
-            qa = self._qa(ti, family, k_now, rng, self.cfg.window_blocks * fpc / self.cfg.fps)
-        finally:
-            self.heard = heard
+        qa = self._qa(ti, family, k_now, rng, self.cfg.window_blocks * fpc / self.cfg.fps, aloud=False)
         return None if qa is None else qa.text
 
     def eval_set(self, n: int, turns: int = 0) -> list[dict]:
