@@ -38,7 +38,7 @@ VOICES_PER_TEXT = 3  # each text is said by this many voices (whisper takes ~0.3
 
 def training_voices(voices: Sequence[Voice]) -> list[tuple[Voice, str]]:
     """(voice, variant) pairs to speak the questions with: every variant but the held-out accents."""
-    return [(v, var) for v in voices for var in v.variants if not var.split("@")[0].split("+")[0] in HELD_OUT]
+    return [(v, var) for v in voices for var in v.variants if var.split("@")[0].split("+")[0] not in HELD_OUT]
 
 
 def question_texts(draw: Callable[[str, np.random.Generator], str | None], families: Iterable[str],
