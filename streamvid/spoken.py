@@ -19,9 +19,9 @@ import re
 import threading
 from collections.abc import Callable
 
-import av
 import numpy as np
 
+from streamvid.audio.pcm import resample
 from streamvid.voices import Voice, to_pcm16
 
 log = logging.getLogger("streamvid")
@@ -48,17 +48,6 @@ class Sentences:
     def flush(self) -> str | None:
         rest, self._text = self._text.strip(), ""
         return rest if re.search(r"\w", rest) else None
-
-
-def resample_to(samples: np.ndarray, rate: int, to_rate: int = OUT_RATE) -> np.ndarray:
-    """Mono float32 samples from `rate` to `to_rate` (PyAV's resampler)."""
-    if rate == to_rate or not len(samples):
-        return np.asarray(samples, np.float32)
-    frame = av.AudioFrame.from_ndarray(to_pcm16(samples)[None], format="s16", layout="mono")
-    frame.sample_rate = rate
-    resampler = av.AudioResampler(format="flt", layout="mono", rate=to_rate)
-    parts = [f.to_ndarray().reshape(-1) for f in (*resampler.resample(frame), *resampler.resample(None))]
-    return np.concatenate(parts).astype(np.float32) if parts else np.zeros(0, np.float32)
 
 
 class Speaker:
@@ -111,7 +100,7 @@ class Speaker:
                 if self.on_sentence is not None:
                     self.on_sentence(sentence)
                 if len(samples):
-                    self.on_audio(to_pcm16(resample_to(samples, rate)).tobytes())
+                    self.on_audio(to_pcm16(resample(samples, rate, OUT_RATE)).tobytes())
                 self.spoken.append(sentence)
         except Exception as e:  # noqa: BLE001 - the answer's text still goes out; its speech stops here
             self.error = e

@@ -11,7 +11,8 @@ import threading
 import numpy as np
 import pytest
 
-from streamvid.spoken import OUT_RATE, Sentences, Speaker, resample_to
+from streamvid.audio.pcm import resample
+from streamvid.spoken import OUT_RATE, Sentences, Speaker
 from streamvid.voices import load_voice
 
 
@@ -28,7 +29,7 @@ def test_sentences(pieces, sentences, rest):
 
 def test_resampling_keeps_pitch_and_length():
     t = np.arange(16000) / 16000
-    y = resample_to((0.3 * np.sin(2 * np.pi * 500 * t)).astype(np.float32), 16000)
+    y = resample((0.3 * np.sin(2 * np.pi * 500 * t)).astype(np.float32), 16000, OUT_RATE)
     assert abs(len(y) - OUT_RATE) <= 64
     assert abs(np.argmax(np.abs(np.fft.rfft(y[500:-500]))) * OUT_RATE / len(y[500:-500]) - 500) < 10
 

@@ -4,6 +4,7 @@
         listener.feed(chunk)
     samples = wav_samples(body)                            # a pushed WAV (any rate, any channels) -> RATE mono
     samples = pcm16_samples(raw, rate=24000)               # raw little-endian PCM16 mono -> RATE mono
+    samples = resample(samples, 22050, to_rate=24000)      # any mono float32 samples to another rate
 
 Decoding and resampling are PyAV's (libswresample); nothing here hand-writes a filter.
 """
@@ -154,11 +155,16 @@ def pcm16_samples(raw: bytes, rate: int) -> np.ndarray:
         raise ValueError("PCM16 audio must have an even number of bytes")
     if len(raw) / 2 > MAX_PUSH_S * rate:
         raise ValueError(f"audio of {len(raw) / 2 / rate:.0f} s is longer than {MAX_PUSH_S:.0f} s")
-    ints = np.frombuffer(raw, dtype="<i2")
-    if rate == RATE or not len(ints):
-        return (ints.astype(np.float32) / 32768.0)
-    frame = av.AudioFrame.from_ndarray(ints.reshape(1, -1), format="s16", layout="mono")
+    return resample(np.frombuffer(raw, dtype="<i2").astype(np.float32) / 32768.0, rate)
+
+
+def resample(samples: np.ndarray, rate: int, to_rate: int = RATE) -> np.ndarray:
+    """Mono float32 samples from `rate` to `to_rate` Hz, in one piece (PyAV's resampler, flushed at the end)."""
+    samples = np.ascontiguousarray(samples, dtype=np.float32)
+    if rate == to_rate or not len(samples):
+        return samples
+    frame = av.AudioFrame.from_ndarray(samples[None], format="flt", layout="mono")
     frame.sample_rate = rate
-    resampler = _resampler()
+    resampler = av.AudioResampler(format="flt", layout="mono", rate=to_rate)
     parts = _as_float(resampler.resample(frame)) + _as_float(resampler.resample(None))
     return np.concatenate(parts) if parts else np.zeros(0, np.float32)

@@ -21,7 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from streamvid.hub.errors import Conflict, Refused
 from streamvid.serve.errors import ServeError
 from streamvid.serve.web import GetBackend
-from streamvid.spoken import OUT_RATE, resample_to
+from streamvid.audio.pcm import resample
+from streamvid.spoken import OUT_RATE
 from streamvid.voices import VoiceUnavailable, load_voice, to_pcm16
 
 MAX_INPUT = 4096  # characters, as OpenAI's
@@ -53,7 +54,7 @@ def server_voice(tts: str):
 def speak(text: str, tts: str) -> bytes:
     """24 kHz mono PCM16 of `text` in the voice `tts` names; Conflict when it is "off" or not installed."""
     samples, rate = server_voice(tts).synthesize(text)
-    return to_pcm16(resample_to(samples, rate, OUT_RATE)).tobytes()
+    return to_pcm16(resample(samples, rate, OUT_RATE)).tobytes()
 
 
 def add_routes(app: FastAPI, get_backend: GetBackend, auth: list) -> None:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from streamvid.audio.pcm import resample
 from streamvid.voices import Voice
 
 from .world import COLOURS, FRAME_PX, SHAPES, Speech, Timeline, write_mp4
@@ -76,20 +77,6 @@ def voiced_span(samples: np.ndarray, rate: int) -> tuple[int, int]:
     if not len(loud):
         return 0, 0
     return int(loud[0]) * n, min(len(samples), (int(loud[-1]) + 1) * n)
-
-
-def resample(samples: np.ndarray, rate: int, to_rate: int) -> np.ndarray:
-    """Mono float32 samples at another rate (PyAV's resampler)."""
-    import av
-
-    samples = np.ascontiguousarray(samples, dtype=np.float32)
-    if rate == to_rate or not len(samples):
-        return samples
-    frame = av.AudioFrame.from_ndarray(samples[None], format="flt", layout="mono")
-    frame.sample_rate = rate
-    resampler = av.AudioResampler(format="flt", layout="mono", rate=to_rate)
-    out = [f.to_ndarray().reshape(-1) for f in (*resampler.resample(frame), *resampler.resample(None))]
-    return np.concatenate(out) if out else np.zeros(0, np.float32)
 
 
 def speak(timeline: Timeline, voices: Voice | Sequence[Voice], rate: int = SPEECH_RATE) -> tuple[Timeline, np.ndarray]:

@@ -23,9 +23,9 @@ from pathlib import Path
 
 import numpy as np
 
-from streamvid.audio.pcm import RATE
+from streamvid.audio.pcm import RATE, resample
 from streamvid.synth.questions import mentions
-from streamvid.synth.speech import resample, voiced_span
+from streamvid.synth.speech import voiced_span
 from streamvid.voices import Voice
 from streamvid.wake_word import addressed
 
