@@ -271,9 +271,10 @@ def main() -> int:
         first_text = [r["end_to_first_text_s"] for r in rows["spoken"] if "end_to_first_text_s" in r]
         acc = {m: round(sum(r["correct"] for r in rs) / max(1, len(rs)), 3) for m, rs in rows.items()}
         summary = {
-            "settings": "streamvid serve defaults (bundled model, --asr whisper-tiny.en, --tts auto, server_vad 500 ms)",
+            "settings": "streamvid serve defaults (--asr whisper-tiny.en, --tts auto, server_vad 500 ms)"
+                        + (f" plus --model {args.model}" if args.model else ", the bundled model"),
             "model": args.model or "bundled",
-            "voice": server_voice("auto").name,
+            "answer_voice": server_voice("auto").name,
             "questions": len(rows["spoken"]),
             "heard_as_questions": sum(r.get("heard") is not None for r in rows["spoken"]),
             "loop_s": {"n": len(loops), "p50": quantile(loops, 0.5), "p95": quantile(loops, 0.95),
