@@ -23,8 +23,6 @@ alert from then on (alert_media.py), from any thread; best before `start`, so th
 from __future__ import annotations
 
 import dataclasses
-import json
-import logging
 import queue
 import resource
 import threading
@@ -34,7 +32,7 @@ from typing import Self
 
 import torch
 
-from streamvid import session_store
+from streamvid import session_state, session_store
 from streamvid.adapters.base import VideoLLMAdapter
 from streamvid.alert_media import AlertMedia
 from streamvid.budget import Budgets, budgets
@@ -49,7 +47,6 @@ from streamvid.types import Frame, Output, Question, Status
 
 __all__ = ["BusyError", "StreamingAssistant"]
 
-log = logging.getLogger(__name__)
 
 MEDIA_CLOSE_TIMEOUT_S = 30.0  # stop() waits this long at most for alert clips still being written to a folder
 
@@ -319,19 +316,9 @@ class StreamingAssistant:
             return session_store.save(self.stream_state, directory)
 
     def stream_state(self, memory_folder: Path) -> session_store.StreamState:
-        """The stream at one cut, for a snapshot: window, clock, block ids and dialogue, with long-term memory
-        written into `memory_folder` (created) at the same cut. Ingest waits meanwhile, so no block moves
-        between the window and memory while both are read."""
-        with self.ingest.lock:
-            snap = self.window.snapshot()
-            if self.memory is not None:
-                memory_folder.mkdir()
-                self.memory.snapshot(memory_folder)
-            return session_store.StreamState(
-                config=self.config, embedder=(self.embedder.name, self.embedder.dim), sinks=snap.sinks,
-                blocks=tuple(snap.blocks), stream_t_s=self.stream_t_s, next_block_id=self.ingest.next_block_id,
-                dialogue=tuple(tuple(turn) for turn in self.reasoning.dialogue.copy()),
-                memory_blocks=len(self.memory) if self.memory is not None else None)
+        """The stream at one cut, for a snapshot (session_state.state_at_cut): window, clock, block ids and
+        dialogue, with long-term memory written into `memory_folder` at the same cut."""
+        return session_state.state_at_cut(self.stream, self.stream_t_s, memory_folder)
 
     @classmethod
     def resume(cls, directory: str | Path, config: EngineConfig | None = None,
@@ -355,52 +342,11 @@ class StreamingAssistant:
             raise session_store.SnapshotError(f"session {directory} is damaged: its saved settings do not run with "
                                               f"this model ({e}); use another --session folder") from None
         try:
-            sa._restore(directory, snap)
+            session_state.restore(sa.stream, directory, snap)
         except BaseException:
             sa.stop()
             raise
         return sa
-
-    def _restore(self, directory: str | Path, snap: session_store.Snapshot) -> None:
-        now = self.window.snapshot().sinks
-        kv = snap.meta["kv"]
-        mine = {"dtype": str(now.keys[0].dtype).removeprefix("torch."), "layers": len(now.keys),
-                "kv_heads": int(now.keys[0].shape[1]), "head_dim": int(now.keys[0].shape[3])}
-        if kv != mine:
-            raise session_store.SnapshotError(
-                f"session {directory} holds KV as {kv}, this model runs {mine}: resume with the same --dtype "
-                f"and model, or use another --session folder")
-        device = now.keys[0].device
-        if snap.memory_dir is not None:
-            if self.memory is None:
-                log.warning("session %s has %d long-term memory blocks; memory is off (memory_top_k=0), so they "
-                            "are not loaded", directory, len(json.loads((snap.memory_dir / "memory.json").read_text())
-                                                          ["blocks"]))
-            else:
-                try:
-                    memory = LongTermMemory.restore(snap.memory_dir, self.config.memory.ram_mb,
-                                                    self.config.memory.disk_mb, self.config.memory.dir,
-                                                    kv=self.config.memory.kv, keep=self.config.memory.keep)
-                except (ValueError, KeyError, OSError, RuntimeError) as e:
-                    raise session_store.SnapshotError(
-                        f"session {directory} is damaged: its long-term memory cannot be read ({e}); remove the "
-                        f"folder to start a new session, or use another --session folder") from None
-                self.stream.replace_memory(memory)
-        if (snap.sinks.n_tokens, snap.sinks.pos_span) != (now.n_tokens, now.pos_span):
-            raise session_store.SnapshotError(
-                f"session {directory} was saved with a {snap.sinks.n_tokens}-token system prompt, this streamvid "
-                f"uses {now.n_tokens} tokens: use the streamvid that wrote it, or another --session folder")
-        # the sinks are this model's own encoding of the same prompt; the saved blocks follow them as before
-        for block in snap.blocks:
-            alone = block.memory_kv and tuple(tuple(t.to(device) for t in kv) for kv in block.memory_kv)
-            block = block.replace(keys=tuple(k.to(device) for k in block.keys),
-                                  values=tuple(v.to(device) for v in block.values), memory_kv=alone)
-            for old in self.window.append(block):
-                if self.memory is not None:
-                    self.memory.add(old.for_memory())
-        self.ingest.resume_at(snap.meta["stream_t_s"], snap.meta["next_block_id"])
-        self.reasoning.t_offset_s = snap.meta["stream_t_s"]
-        self.reasoning.dialogue.extend((q, a) for q, a in snap.meta["dialogue"])
 
     def stats(self) -> dict:
         snap = self.window.snapshot()

@@ -19,8 +19,6 @@ import re
 import threading
 from collections.abc import Callable
 
-import numpy as np
-
 from streamvid.audio.pcm import resample
 from streamvid.voices import Voice, to_pcm16
 

@@ -18,10 +18,10 @@ from fastapi import FastAPI
 from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
+from streamvid.audio.pcm import resample
 from streamvid.hub.errors import Conflict, Refused
 from streamvid.serve.errors import ServeError
 from streamvid.serve.web import GetBackend
-from streamvid.audio.pcm import resample
 from streamvid.spoken import OUT_RATE
 from streamvid.voices import VoiceUnavailable, load_voice, to_pcm16
 
