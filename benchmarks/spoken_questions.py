@@ -5,7 +5,7 @@
 
 For each seed: the silent held-out stream `streamvid synth --seed S --minutes 10 --speech off` (an existing folder
 is reused), and its user questions about now and the past (the realtime and backward families but the one naming a
-time, which espeak-ng says digit by digit; "tell me when" requests are watches, not questions). Each recording is
+time, unless `--families` names it; "tell me when" requests are watches, not questions). Each recording is
 "Assistant, <question>" in espeak-ng's en-us voice (the voice of benchmarks/voice_loop.py, a voice train-tiny's
 spoken questions never use), heard by the stream's recogniser as `--ask-audio` hears it (Whisper tiny.en by
 default, told the wake word). Both runs replay the whole stream with every question at its time, so answers differ
@@ -35,7 +35,8 @@ from alerts_run import seeds  # (benchmarks/: "1001-1010,1020" -> the seeds)
 
 from streamvid.eval.metrics import normalise, score
 
-# not backward_at_time: espeak-ng reads "00:07" as "zero zero seven", and the engine reads a time only as "mm:ss"
+# by default not backward_at_time (`--families backward_at_time` asks it): its times are spoken digit by digit
+# ("zero four thirteen") and heard as "4.13" or "413" (streamvid/spoken_times.py reads those)
 FAMILIES = ("realtime_colour", "realtime_shape", "realtime_count", "realtime_exists", "backward_colour",
             "backward_shape")
 
@@ -57,13 +58,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seeds", default="1001-1005")
     ap.add_argument("--work", type=Path, default=Path("runs/heldout"))
+    ap.add_argument("--families", default=",".join(FAMILIES), help="question families asked, comma separated")
     ap.add_argument("extra", nargs="*", help="flags added to both `streamvid run`s (after --)")
     args = ap.parse_args()
+    families = tuple(f for f in args.families.split(",") if f)
     if shutil.which("espeak-ng") is None:
         print("espeak-ng is needed to speak the questions: apt-get install espeak-ng", file=sys.stderr)
         return 2
-    right = {m: {f: [] for f in FAMILIES} for m in ("typed", "spoken")}
-    as_written: dict[str, list[bool]] = {f: [] for f in FAMILIES}
+    right = {m: {f: [] for f in families} for m in ("typed", "spoken")}
+    as_written: dict[str, list[bool]] = {f: [] for f in families}
     spoken_by_hearing: dict[bool, list[bool]] = {True: [], False: []}  # heard as written? -> spoken answers right
     misses = []
     for seed in seeds(args.seeds):
@@ -73,7 +76,7 @@ def main() -> int:
                             "--speech", "off", "--out", str(folder)], check=True, capture_output=True)
         ep = json.loads((folder / "episodes.jsonl").read_text().splitlines()[0])
         gold = {e["ref"]: e for e in ep["events"] if e["kind"] == "expected_answer"}
-        asks = sorted((e for e in ep["events"] if e["kind"] == "user_query" and e.get("task") in FAMILIES),
+        asks = sorted((e for e in ep["events"] if e["kind"] == "user_query" and e.get("task") in families),
                       key=lambda e: e["t"])
         if len({round(e["t"], 1) for e in asks}) != len(asks):
             raise SystemExit(f"seed {seed}: two questions at one time; the answers could not be told apart")

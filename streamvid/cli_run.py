@@ -106,7 +106,7 @@ def spoken_questions(items: list[tuple[float, Path]], cfg) -> list[tuple[float, 
     from streamvid.audio.asr import load_recognizer
     from streamvid.audio.pcm import wav_samples
     from streamvid.hearing import asr_device
-    from streamvid.wake_word import addressed
+    from streamvid.wake_word import spoken_question
 
     if not items:
         return []
@@ -118,7 +118,7 @@ def spoken_questions(items: list[tuple[float, Path]], cfg) -> list[tuple[float, 
         except ValueError as e:
             raise ValueError(f"--ask-audio {path}: {e}") from None
         text = recognizer.transcribe(samples, cfg.wake_word)
-        text = addressed(text, cfg.wake_word) or text
+        text = spoken_question(text, cfg.wake_word)
         if not text.strip(" .,!?-"):
             raise ValueError(f"--ask-audio {path}: no words were heard in it")
         out.append((t_s, text))

@@ -7,11 +7,17 @@ own sound.
     addressed("Assistant.", "assistant")                             # None: nothing asked
 
 Case and punctuation around the wake word are ignored, as are "hey", "hi", "ok" and "okay" before it.
+
+A recording that is a question on its own (push to talk, a WAV on the API or `--ask-audio`) is read by
+`spoken_question`: the words after the wake word when it starts with one, else all of them. Both read times the
+way a recogniser writes them spoken ("at 4.13", "at 254") as "mm:ss" (spoken_times.py).
 """
 
 from __future__ import annotations
 
 import re
+
+from streamvid.spoken_times import clock_times
 
 
 def addressed(text: str, wake_word: str) -> str | None:
@@ -25,4 +31,10 @@ def addressed(text: str, wake_word: str) -> str | None:
     if m is None:
         return None
     question = m.group("q").strip()
-    return question[0].upper() + question[1:] if re.search(r"\w", question) else None
+    return clock_times(question[0].upper() + question[1:]) if re.search(r"\w", question) else None
+
+
+def spoken_question(text: str, wake_word: str) -> str:
+    """The question a recording asks on its own: the words after the wake word when it starts with one, else all
+    of them, with spoken times written "mm:ss"."""
+    return addressed(text, wake_word) or clock_times(text)

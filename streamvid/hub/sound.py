@@ -12,13 +12,13 @@ The voice detector's edges in pushed sound are the stream's {"type": "voice_acti
 
 from __future__ import annotations
 
+from streamvid import wake_word
 from streamvid.audio.asr import load_recognizer
 from streamvid.audio.pcm import RATE, pcm16_samples, wav_samples
 from streamvid.hearing import Hearing, asr_device
 from streamvid.hub.errors import Busy, Conflict, Refused, UnsupportedMedia
 from streamvid.hub.stream import HubStream
 from streamvid.stream import BusyError
-from streamvid.wake_word import addressed
 
 WAV = ("audio/wav", "audio/x-wav", "audio/wave", "audio/vnd.wave")
 PCM = ("audio/pcm", "audio/l16", "application/octet-stream")
@@ -48,7 +48,7 @@ def spoken_question(config, data: bytes, fmt: object) -> str:
         raise Refused(f"input_audio: {e}") from None
     recognizer = load_recognizer(config.asr, asr_device(config))
     text = recognizer.transcribe(samples, config.wake_word)
-    text = addressed(text, config.wake_word) or text
+    text = wake_word.spoken_question(text, config.wake_word)
     if not text.strip(" .,!?-"):
         raise Refused("input_audio: no words were heard in it")
     return text
