@@ -11,9 +11,9 @@ was trained on "at 04:13". So a number after "at" that reads as minutes and seco
 rewritten as "mm:ss":
 - "at M.SS" or "at M:SS"; "at MSS" or "at MMSS" (three or four digits);
 - "at N minute(s) [and] [N [second(s)]]", "at N second(s)" (not "... ago", which is a time before now);
-- three or four single digits ("at 0 0 7", "at zero four one three"); a number and a two-digit one ("at 3 45",
-  "at two fifty-four", "at ten twenty"); two digits and a two-digit number ("at zero four thirteen"); a two-digit
-  number and two digits ("at twelve oh five");
+- three or four single digits ("at 0 0 7", "at zero four one three", "at three-zero-zero"); a number and a
+  two-digit one ("at 3 45", "at 3-11", "at two fifty-four", "at ten twenty"); two digits and a two-digit number
+  ("at zero four thirteen"); a two-digit number and two digits ("at twelve oh five");
 with N in digits or words up to fifty-nine. Nothing else is touched ("Is there 1 circle?", "at 5", "at 4.5",
 "at 12345", "at 1 2 3 4 5"). Typed questions are not rewritten: only the words a recogniser heard are
 (wake_word.spoken_question, and the wake-word questions of stream.py).
@@ -33,8 +33,8 @@ _DOTTED = re.compile(rf"\bat\s+(\d{{1,2}})[.:](\d{{2}}){_END}", re.IGNORECASE)
 _RUN = re.compile(rf"\bat\s+(\d{{3,4}}){_END}", re.IGNORECASE)
 _MINUTES = re.compile(rf"\bat\s+{_N}\s+minutes?(?:,?\s+(?:and\s+)?{_N}(?:\s+seconds?)?)?\b", re.IGNORECASE)
 _SECONDS = re.compile(rf"\bat\s+{_N}\s+seconds?\b", re.IGNORECASE)
-_SAID = re.compile(rf"\bat\s+((?:\d{{1,2}}|oh|{_WORD_NUMBER})(?:\s+(?:\d{{1,2}}|oh|{_WORD_NUMBER})){{1,3}})\b"
-                   rf"(?![.:]\d|\s+(?:\d|oh\b|{_WORD_NUMBER}\b))", re.IGNORECASE)
+_SAID = re.compile(rf"\bat\s+((?:\d{{1,2}}|oh|{_WORD_NUMBER})(?:(?:\s+|-)(?:\d{{1,2}}|oh|{_WORD_NUMBER})){{1,3}})\b"
+                   rf"(?![.:]\d|(?:\s+|-)(?:\d|oh\b|{_WORD_NUMBER}\b))", re.IGNORECASE)
 _AGO = re.compile(r"\s+ago\b", re.IGNORECASE)  # "two minutes ago" is a time before now (reasoning.stream_times)
 
 

@@ -33,6 +33,9 @@ from streamvid.wake_word import spoken_question
     ("What was on screen at zero four thirteen?", "What was on screen at 04:13?"),
     ("What was on screen at twelve oh five?", "What was on screen at 12:05?"),
     ("What was on screen at 0 4 1 3?", "What was on screen at 04:13?"),
+    ("What went on screen at 0-40?", "What went on screen at 00:40?"),
+    ("What went on screen at three-zero-zero?", "What went on screen at 03:00?"),
+    ("What went on screen at 3-11?", "What went on screen at 03:11?"),
     ("What was on screen at 04:13?", "What was on screen at 04:13?"),
 ])
 def test_a_heard_time_is_written_as_the_engine_reads_it(heard, written):
@@ -43,7 +46,7 @@ def test_a_heard_time_is_written_as_the_engine_reads_it(heard, written):
     "Is there 1 circle?", "How many shapes at 5?", "What was there at 4.5 seconds in?", "at 4.75", "at 12345",
     "What was on screen 2 minutes ago?", "What was on screen at 30 seconds ago?", "at 1 minute 20 seconds ago",
     "What was on screen at 1:02:03?", "What colour is the 254th shape?", "at 413,5", "at 1 2", "at two three",
-    "at 1 2 3 4 5", "at 1, 2, 3 and 4", "What did you see at 2 near 1?", "at 5 75",
+    "at 1 2 3 4 5", "at 1-2-3-4-5", "at 2-2", "at 1, 2, 3 and 4", "What did you see at 2 near 1?", "at 5 75",
 ])
 def test_what_is_not_a_minutes_and_seconds_time_is_left_as_it_is(text):
     assert clock_times(text) == text
