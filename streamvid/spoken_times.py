@@ -33,8 +33,9 @@ _DOTTED = re.compile(rf"\bat\s+(\d{{1,2}})[.:](\d{{2}}){_END}", re.IGNORECASE)
 _RUN = re.compile(rf"\bat\s+(\d{{3,4}}){_END}", re.IGNORECASE)
 _MINUTES = re.compile(rf"\bat\s+{_N}\s+minutes?(?:,?\s+(?:and\s+)?{_N}(?:\s+seconds?)?)?\b", re.IGNORECASE)
 _SECONDS = re.compile(rf"\bat\s+{_N}\s+seconds?\b", re.IGNORECASE)
-_SAID = re.compile(rf"\bat\s+((?:\d{{1,2}}|oh|{_WORD_NUMBER})(?:(?:\s+|-)(?:\d{{1,2}}|oh|{_WORD_NUMBER})){{1,3}})\b"
-                   rf"(?![.:]\d|(?:\s+|-)(?:\d|oh\b|{_WORD_NUMBER}\b))", re.IGNORECASE)
+_TOKEN = rf"(?:\d{{1,2}}|oh|{_WORD_NUMBER})"  # one number said on its own ("oh": zero)
+_SAID = re.compile(rf"\bat\s+({_TOKEN}(?:(?:\s+|-){_TOKEN}){{1,3}})\b(?![.:]\d|(?:\s+|-)(?:\d|{_TOKEN}\b))",
+                   re.IGNORECASE)
 _AGO = re.compile(r"\s+ago\b", re.IGNORECASE)  # "two minutes ago" is a time before now (reasoning.stream_times)
 
 
@@ -42,8 +43,8 @@ def _number(text: str) -> int:
     text = text.lower()
     if text.isdigit():
         return int(text)
-    if text in ("a", "an"):
-        return 1
+    if text in ("a", "an", "oh"):  # "a minute"; "twelve oh five"
+        return 0 if text == "oh" else 1
     if text in _UNITS:
         return _UNITS.index(text)
     tens, _, unit = re.sub(r"[\s-]+", " ", text).partition(" ")
@@ -52,8 +53,8 @@ def _number(text: str) -> int:
 
 def _said(m: re.Match) -> str:
     """Digits or number words one by one ("0 0 6", "zero four thirteen", "3 45", "two fifty-four")."""
-    tokens = re.findall(rf"\d{{1,2}}|oh|{_WORD_NUMBER}", m[1], re.IGNORECASE)
-    values = [0 if t.lower() == "oh" else _number(t) for t in tokens]
+    tokens = re.findall(_TOKEN, m[1], re.IGNORECASE)
+    values = [_number(t) for t in tokens]
     single = [len(t) == 1 if t.isdigit() else v < 10 for t, v in zip(tokens, values)]
     if all(single) and len(values) in (3, 4):  # "zero zero six", "0 4 1 3"
         digits = "".join(map(str, values))
