@@ -24,22 +24,54 @@ advanced by one thread at a time.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
+import numpy as np
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+from streamvid.adapters.chunk_inputs import ChunkInputs
 from streamvid.adapters.kv_cache import BufferLayer, buffered_cache
 from streamvid.adapters.vectors import region_keys, unit
 from streamvid.types import ChunkJob, Context, Encoded
 
-if TYPE_CHECKING:
-    from streamvid.adapters.hf import ChunkInputs, HFVideoAdapter
+
+class BatchedAdapter(Protocol):
+    """What the batched forwards use of an adapter: adapters/hf.py's HFVideoAdapter, which calls them."""
+
+    model: Any  # the transformers model (its config builds the caches)
+    language_model: Any  # its decoder (the index layer's key projection)
+    tokenizer: Any
+    device: torch.device
+    lock: AbstractContextManager[bool]  # held around each forward
+    kv_heads: int
+    head_dim: int
+    frames_per_chunk_multiple: int
+    yes_ids: list[int]
+    no_ids: list[int]
+    stop_ids: set[int]
+
+    def forward(self, ids: torch.Tensor, positions: torch.Tensor, past: Context | None,
+                cache: DynamicCache | None = None, use_cache: bool = True, spare: int | None = None,
+                mask: torch.Tensor | None = None, **vision) -> tuple[torch.Tensor, DynamicCache]: ...
+
+    def chunk_inputs_batch(self, clips: Sequence[tuple[Sequence[np.ndarray], float, float]]) -> list[ChunkInputs]: ...
+
+    def capture(self, which: str) -> AbstractContextManager[list[torch.Tensor]]: ...
+
+    def decoder_inputs(self) -> AbstractContextManager[list[torch.Tensor]]: ...
+
+    def prompt(self, question: str, dialogue: Sequence[tuple[str, str]] = ()) -> str: ...
+
+    def token_ids(self, text: str) -> torch.Tensor: ...
+
+    def text_positions(self, start: int, n: int) -> torch.Tensor: ...
 
 
 # ---- layout ---------------------------------------------------------------------------------------------------
-def pad_id(adapter: HFVideoAdapter) -> int:
+def pad_id(adapter: BatchedAdapter) -> int:
     """A token for the left padding: the tokenizer's pad token, else its eos; never a video token."""
     tok = adapter.tokenizer
     for i in (tok.pad_token_id, tok.eos_token_id, 0):
@@ -48,7 +80,7 @@ def pad_id(adapter: HFVideoAdapter) -> int:
     return 1
 
 
-def stack_ids(adapter: HFVideoAdapter, ids: Sequence[torch.Tensor], width: int) -> torch.Tensor:
+def stack_ids(adapter: BatchedAdapter, ids: Sequence[torch.Tensor], width: int) -> torch.Tensor:
     """(B, width): each row's (n,) ids right-aligned, left-padded with `pad_id`."""
     out = torch.full((len(ids), width), pad_id(adapter), dtype=torch.long)
     for r, row in enumerate(ids):
@@ -68,7 +100,7 @@ def stack_positions(positions: Sequence[torch.Tensor], width: int) -> torch.Tens
     return out
 
 
-def right_aligned_cache(adapter: HFVideoAdapter, pasts: Sequence[Context], spare: int) -> DynamicCache:
+def right_aligned_cache(adapter: BatchedAdapter, pasts: Sequence[Context], spare: int) -> DynamicCache:
     """A DynamicCache of batch len(pasts): each row's context right-aligned in max(n_tokens) columns, zeros before
     it, with room for `spare` more columns (full-attention layers on `BufferLayer`: later forwards write in
     place)."""
@@ -102,7 +134,7 @@ def context_mask(pasts: Sequence[Context], capacity: int, device) -> torch.Tenso
     return mask.to(device)
 
 
-def prefill_rows(adapter: HFVideoAdapter, pasts: Sequence[Context], ids: Sequence[torch.Tensor],
+def prefill_rows(adapter: BatchedAdapter, pasts: Sequence[Context], ids: Sequence[torch.Tensor],
                  positions: Sequence[torch.Tensor], **vision) -> tuple[torch.Tensor, DynamicCache, int]:
     """One forward of each row's new `ids` ((1, n) or (n,)) at its `positions` on its own context: (B, 1, vocab)
     logits of each row's last token, the cache, and W (the new columns, the last of the cache; row r's are its
@@ -123,7 +155,7 @@ def prefill_rows(adapter: HFVideoAdapter, pasts: Sequence[Context], ids: Sequenc
 
 
 # ---- chunk encodes --------------------------------------------------------------------------------------------
-def encode_chunks(adapter: HFVideoAdapter, jobs: Sequence[ChunkJob]) -> list[Encoded]:
+def encode_chunks(adapter: BatchedAdapter, jobs: Sequence[ChunkJob]) -> list[Encoded]:
     """`HFVideoAdapter.encode_chunks`: the chunks' inputs in one `chunk_inputs_batch` (one video-processor call for
     the Qwen families), then one forward per group of jobs whose vision inputs concatenate along dim 0 (all of
     them for the Qwen families, whose pixel rows and grids always do; for the LLaVA families, the clips of one
@@ -150,7 +182,7 @@ def vision_key(vision: dict) -> tuple:
     return tuple(sorted((name, tuple(t.shape[1:])) for name, t in vision.items()))
 
 
-def _encode_group(adapter: HFVideoAdapter, pasts: Sequence[Context], chunks: Sequence[ChunkInputs]) -> list[Encoded]:
+def _encode_group(adapter: BatchedAdapter, pasts: Sequence[Context], chunks: Sequence[ChunkInputs]) -> list[Encoded]:
     ids = [c.ids for c in chunks]
     positions = [c.positions + p.next_pos for c, p in zip(chunks, pasts)]
     vision = chunks[0].vision if len(chunks) == 1 else {
@@ -174,7 +206,7 @@ def _encode_group(adapter: HFVideoAdapter, pasts: Sequence[Context], chunks: Seq
 
 
 # ---- probes ---------------------------------------------------------------------------------------------------
-def probe_rows(adapter: HFVideoAdapter, rows: Sequence[tuple[Context, str]]) -> list[float]:
+def probe_rows(adapter: BatchedAdapter, rows: Sequence[tuple[Context, str]]) -> list[float]:
     """`HFVideoAdapter.probe_rows`: p(yes) / (p(yes) + p(no)) after each question on its own context, one
     forward."""
     if not rows:
@@ -200,7 +232,7 @@ class Decoding:
     own K/V: its context before its first step, else its row's real columns (the mask's) in its last batch, which
     no call writes any more."""
 
-    def __init__(self, adapter: HFVideoAdapter, context: Context, prompt_ids: Sequence[int], max_new_tokens: int):
+    def __init__(self, adapter: BatchedAdapter, context: Context, prompt_ids: Sequence[int], max_new_tokens: int):
         if not prompt_ids:
             raise ValueError("a decoding needs a prompt of at least one token")
         self.adapter = adapter
@@ -280,7 +312,7 @@ class _Batch:
         return Context(keys, values, d._next_pos())
 
 
-def decode(adapter: HFVideoAdapter, decodings: Sequence[Decoding]) -> None:
+def decode(adapter: BatchedAdapter, decodings: Sequence[Decoding]) -> None:
     """`HFVideoAdapter.decode`: one forward advances every unfinished decoding by one token (a first step prefills
     its prompt and yields its first token)."""
     live = [d for d in decodings if not d.done]
@@ -327,7 +359,7 @@ def decode(adapter: HFVideoAdapter, decodings: Sequence[Decoding]) -> None:
             d.cancel()
 
 
-def new_batch(adapter: HFVideoAdapter, rows: list[Decoding]) -> _Batch:
+def new_batch(adapter: BatchedAdapter, rows: list[Decoding]) -> _Batch:
     """A cache for `rows`, from each one's own K/V, with room for its pending ids and the tokens it may still
     generate. A single row: `buffered_cache` (a context with room is written in place, as the single-row path does)."""
     pasts = [d.own_kv() for d in rows]

@@ -16,7 +16,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +24,7 @@ from transformers import AutoModelForImageTextToText, AutoProcessor, DynamicCach
 from transformers.utils import logging as hf_logging
 
 from streamvid.adapters import batching
+from streamvid.adapters.chunk_inputs import ChunkInputs
 from streamvid.adapters.kv_cache import buffered_cache
 from streamvid.adapters.vectors import unit
 from streamvid.budget import DTYPE_BYTES, KVShape
@@ -32,19 +32,6 @@ from streamvid.positions import RopePositions
 from streamvid.types import ChunkJob, Context, Encoded
 
 SYSTEM_PROMPT = "You are a helpful assistant watching a live video stream. Answer briefly from what you saw."
-
-
-@dataclass(frozen=True)
-class ChunkInputs:
-    """One chunk as the model takes it: token ids, positions relative to the chunk's first position, the vision
-    inputs of the forward, and which tokens carry video features."""
-
-    ids: torch.Tensor  # (1, n) token ids
-    positions: torch.Tensor  # (3, 1, n) for M-RoPE or (1, n) for 1-D RoPE, starting at 0
-    pos_span: int  # positions the chunk occupies: the next segment starts at pos_start + pos_span
-    vision: dict = field(default_factory=dict)  # extra forward kwargs (pixel values, grids), on the model's device
-    video_mask: torch.Tensor | None = None  # (n,) bool: the video-feature tokens (the block's retrieval vector)
-    grid: tuple[int, int, int] | None = None  # (frames, rows, columns) of the video tokens, when they form one
 
 
 class HFVideoAdapter:

@@ -15,7 +15,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from streamvid.adapters.hf import ChatMLAdapter, ChunkInputs, HFVideoAdapter
+from streamvid.adapters.chunk_inputs import ChunkInputs
+from streamvid.adapters.hf import ChatMLAdapter, HFVideoAdapter
 
 
 class LlavaVideoAdapter(HFVideoAdapter):

@@ -4,14 +4,14 @@ other families (`adapters/hf.py`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import logging
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 
-from streamvid.adapters.hf import SYSTEM_PROMPT, ChatMLAdapter, ChunkInputs, mean_queries
+from streamvid.adapters.chunk_inputs import ChunkInputs
+from streamvid.adapters.hf import SYSTEM_PROMPT, ChatMLAdapter, mean_queries
 
 __all__ = ["SUPPORTED_MODEL_TYPES", "SYSTEM_PROMPT", "QwenVLAdapter", "mean_queries"]
 
