@@ -318,7 +318,7 @@ class StreamingAssistant:
     def stream_state(self, memory_folder: Path) -> session_store.StreamState:
         """The stream at one cut, for a snapshot (session_state.state_at_cut): window, clock, block ids and
         dialogue, with long-term memory written into `memory_folder` at the same cut."""
-        return session_state.state_at_cut(self.stream, self.stream_t_s, memory_folder)
+        return session_state.state_at_cut(self.stream, lambda: self.stream_t_s, memory_folder)
 
     @classmethod
     def resume(cls, directory: str | Path, config: EngineConfig | None = None,

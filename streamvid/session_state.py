@@ -1,6 +1,6 @@
 """A stream's state into and out of a session snapshot (the files themselves are session_store's).
 
-    state = state_at_cut(stream, stream_t_s, memory_folder)     # what session_store.save writes, taken at one cut
+    state = state_at_cut(stream, clock, memory_folder)          # what session_store.save writes, taken at one cut
     restore(stream, "sessions/lab", session_store.load(...))    # a fresh stream continues the saved one
 
 `state_at_cut` holds the stream's ingest lock while it reads the window and writes long-term memory, so no block
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from streamvid import session_store
@@ -22,9 +23,10 @@ from streamvid.stream import Stream
 log = logging.getLogger(__name__)
 
 
-def state_at_cut(stream: Stream, stream_t_s: float, memory_folder: Path) -> session_store.StreamState:
-    """The stream at one cut: window, clock, block ids and dialogue, with long-term memory written into
-    `memory_folder` (created) at the same cut. Ingest waits meanwhile."""
+def state_at_cut(stream: Stream, clock: Callable[[], float], memory_folder: Path) -> session_store.StreamState:
+    """The stream at one cut: window, clock (`clock()`, the session's stream time, read at the cut), block ids and
+    dialogue, with long-term memory written into `memory_folder` (created) at the same cut. Ingest waits
+    meanwhile."""
     with stream.ingest.lock:
         snap = stream.window.snapshot()
         memory = stream.memory
@@ -33,7 +35,7 @@ def state_at_cut(stream: Stream, stream_t_s: float, memory_folder: Path) -> sess
             memory.snapshot(memory_folder)
         return session_store.StreamState(
             config=stream.config, embedder=(stream.embedder.name, stream.embedder.dim), sinks=snap.sinks,
-            blocks=tuple(snap.blocks), stream_t_s=stream_t_s, next_block_id=stream.ingest.next_block_id,
+            blocks=tuple(snap.blocks), stream_t_s=clock(), next_block_id=stream.ingest.next_block_id,
             dialogue=tuple(tuple(turn) for turn in stream.reasoning.dialogue.copy()),
             memory_blocks=len(memory) if memory is not None else None)
 
