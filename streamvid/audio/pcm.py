@@ -38,8 +38,8 @@ class AudioChunk:
         return self.t_s + len(self.samples) / RATE
 
 
-def _resampler() -> av.AudioResampler:
-    return av.AudioResampler(format="flt", layout="mono", rate=RATE)
+def _resampler(rate: int = RATE) -> av.AudioResampler:
+    return av.AudioResampler(format="flt", layout="mono", rate=rate)
 
 
 def _as_float(frames) -> list[np.ndarray]:
@@ -165,6 +165,6 @@ def resample(samples: np.ndarray, rate: int, to_rate: int = RATE) -> np.ndarray:
         return samples
     frame = av.AudioFrame.from_ndarray(samples[None], format="flt", layout="mono")
     frame.sample_rate = rate
-    resampler = av.AudioResampler(format="flt", layout="mono", rate=to_rate)
+    resampler = _resampler(to_rate)
     parts = _as_float(resampler.resample(frame)) + _as_float(resampler.resample(None))
     return np.concatenate(parts) if parts else np.zeros(0, np.float32)
