@@ -122,6 +122,15 @@ class Budgets:
                     "the window holds only the newest chunk"]
         return []
 
+    def plain(self) -> str:
+        """One sentence for someone new to the terms: what an answer looks at, and how much video is remembered."""
+        recent = (f"the last {_seconds(self.window_seconds_held)}" if self.window_tokens is None
+                  else f"about the last {_seconds(self.window_seconds_held)}")
+        rate = self.memory_bytes_per_s
+        return (f"Answers look at {recent} of video and what is remembered before it: about "
+                f"{_spelled(self.ram_bytes / rate)} of video in {_size(self.ram_bytes)} of RAM, then "
+                f"{_spelled(self.disk_bytes / rate)} on disk (-v for the details).")
+
     def describe(self) -> str:
         """One line: the window in seconds, tokens and MB; how long RAM and disk hold long-term memory."""
         w_bytes = self.window_tokens_held * self.shape.bytes_per_token
@@ -169,6 +178,15 @@ def _size(n: float, kb: bool = False) -> str:
 
 def _seconds(s: float) -> str:
     return f"{s:g} s"
+
+
+def _spelled(s: float) -> str:
+    """A duration in words ("238 hours", "13 minutes") for a sentence."""
+    if s < 120:
+        return f"{s:.0f} seconds"
+    if s < 3 * 3600:
+        return f"{s / 60:,.0f} minutes"
+    return f"{s / 3600:,.0f} hours"
 
 
 def _duration(s: float) -> str:

@@ -42,7 +42,6 @@ from streamvid.cli_run import add_run_parser, print_json
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
-log = logging.getLogger("streamvid.cli")
 
 
 def cmd_score(args: argparse.Namespace) -> int:
@@ -234,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Errors a user can fix are one line on stderr (exit 2), anything else one line naming the error (exit 1);
     `--debug` anywhere on the line (or STREAMVID_DEBUG=1) adds the traceback. Quiet by default: results, warnings,
-    errors and the budgets line; `-v` / `--verbose` anywhere on the line shows what the modules say they did
+    errors and one plain sentence of `streamvid run`'s budgets; `-v` / `--verbose` anywhere on the line shows what the modules say they did
     (INFO). Ctrl-C or SIGTERM: exit 130."""
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv or os.environ.get("STREAMVID_DEBUG") == "1"
@@ -244,8 +243,6 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     if verbose and not debug:  # what each module says it did: a model folder's settings, sources, servers
         logging.getLogger("streamvid").setLevel(logging.INFO)
-    elif not debug:  # quiet: results, warnings and errors, and the one line of `streamvid run`'s budgets
-        log.setLevel(logging.INFO)
     args = build_parser().parse_args(argv)
     main_thread = threading.current_thread() is threading.main_thread()
     # a service manager's stop (SIGTERM) ends a run as Ctrl-C does

@@ -42,7 +42,8 @@ def add_run_parser(sub) -> None:
 
 
 def _log_budgets(sa, video: str) -> None:
-    """One line: what the window and memory budgets mean for this model at this input's frame size."""
+    """What the window and memory budgets mean for this model at this input's frame size: one plain sentence on
+    stderr, the figures behind it (tokens, MB per hour) with -v."""
     px = sa.config.frame_px
     if px is not None:
         height, width, note = px, px, ""
@@ -58,9 +59,38 @@ def _log_budgets(sa, video: str) -> None:
             except (av.error.FFmpegError, IndexError):
                 pass
     b = sa.budgets(height, width)
+    print(f"streamvid run: {b.plain()}", file=sys.stderr)
     log.info("%s%s", b.describe(), note)
     for warning in b.warnings():
         log.warning("%s", warning)
+
+
+def file_duration_s(video: str) -> float | None:
+    """How long a local video file's video stream lasts in seconds (None for a camera, a URL, or a file that does
+    not say)."""
+    if not Path(video).is_file():
+        return None
+    import av
+
+    try:
+        with av.open(video) as container:
+            stream = container.streams.video[0]
+            if stream.duration is not None:
+                return float(stream.duration * stream.time_base)
+            return container.duration / av.time_base if container.duration is not None else None
+    except (av.error.FFmpegError, IndexError, OSError):
+        return None  # the source says what is wrong with it when it is opened
+
+
+def check_within_file(video: str, asks: list[tuple[float, str]]) -> None:
+    """A question asked past the end of a video file is refused in one line (ValueError) before anything runs: it
+    would be answered at a time the video never reaches."""
+    end = file_duration_s(video)
+    if end is None or not asks or asks[-1][0] <= end:
+        return
+    t, text = asks[-1]
+    raise ValueError(f"--ask at {t:g} s ({text[:40]!r}) is past the end of {Path(video).name}, which lasts "
+                     f"{end:.1f} s: ask at a time from 0 to {end:.0f}")
 
 
 def _timed(spec: str, what: str) -> tuple[float, str]:
@@ -155,6 +185,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_model(cfg.model)
     asks = sorted(args.ask + spoken_questions(args.ask_audio, cfg), key=lambda a: a[0])
     watches = sorted(args.watch, key=lambda a: a[0])
+    check_within_file(args.video, asks)
     t0 = time.perf_counter()
     from streamvid import session_store
 

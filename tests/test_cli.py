@@ -24,7 +24,7 @@ def run(*args: str) -> subprocess.CompletedProcess:
 
 def test_run_prints_an_answer_per_ask_and_stats(tiny_model_dir):
     p = run("run", str(world_mp4()), "--model", str(tiny_model_dir), "--fps", "1", "--max-new-tokens", "4",
-            "--window-tokens", "60", "--ask", "3:What is on screen?", "--ask", "25:What was on screen at 00:02?")
+            "--window-tokens", "60", "--ask", "3:What is on screen?", "--ask", "25:What was on screen at 00:02?", "-v")
     assert p.returncode == 0, p.stderr
     lines = [json.loads(line) for line in p.stdout.splitlines()]
     answers = [x for x in lines if x["type"] == "answer"]
@@ -40,16 +40,28 @@ def test_run_prints_an_answer_per_ask_and_stats(tiny_model_dir):
 
 def test_run_is_quiet_by_default_and_verbose_on_request():
     """The bundled model with no flags: its folder's settings are applied without a word (INFO lines only with -v);
-    what stays on stderr is the budgets line."""
+    what stays on stderr is one plain sentence of the budgets (the window in seconds, memory in hours), with the
+    figures behind it (tokens, MB) only with -v."""
     quiet = run("run", "shapes_7", "--ask", "20:What shape is blue?")
     assert quiet.returncode == 0, quiet.stderr
     assert any(json.loads(line)["type"] == "answer" for line in quiet.stdout.splitlines())
     lines = quiet.stderr.splitlines()
-    assert len(lines) <= 2 and any("window 8 s" in line for line in lines), quiet.stderr
+    assert len(lines) == 1 and lines[0].startswith("streamvid run: Answers look at the last 8 s of video"), lines
+    assert "INFO" not in quiet.stderr and "tokens" not in quiet.stderr and "hours" in lines[0], quiet.stderr
     loud = run("run", "shapes_7", "--ask", "20:What shape is blue?", "-v")
     answers = [[json.loads(line).get("text") for line in p.stdout.splitlines()] for p in (quiet, loud)]
     assert loud.returncode == 0 and answers[0] == answers[1]
     assert sum("training.json" in line for line in loud.stderr.splitlines()) >= 3, loud.stderr
+    assert any("window 8 s = 144 tokens" in line for line in loud.stderr.splitlines()), loud.stderr
+
+
+def test_a_question_past_the_end_of_a_file_is_refused_in_one_line():
+    """shapes_7 lasts 120 s: a question at 500 s is refused before the model loads, naming the clip's length."""
+    p = run("run", "shapes_7", "--ask", "20:What shape is blue?", "--ask", "500:What shape is red?")
+    assert p.returncode == 2 and p.stdout == "", p.stdout
+    assert p.stderr.strip().count("\n") == 0 and "past the end of shapes_7.mp4, which lasts 120.0 s" in p.stderr
+    at_end = run("run", "shapes_7", "--ask", "120:What shape is blue?")
+    assert at_end.returncode == 0 and '"type": "answer"' in at_end.stdout, at_end.stderr
 
 
 def test_errors_are_one_line_with_nonzero_exit(tiny_model_dir, tmp_path):
