@@ -284,7 +284,7 @@ class Engine:
 
     def _begin(self, s: Stream, q: Question, snapshot) -> None:
         a = s.reasoning.begin(q, s.emit, snapshot)
-        if isinstance(a, Output):  # acknowledged ("tell me when"): no forward
+        if isinstance(a, Output):  # acknowledged ("tell me when") or nothing seen yet: no forward
             return
         s.decoding = Decoding(self.adapter.start_decoding(a.context, a.prompt, s.config.generation.max_new_tokens), a)
 

@@ -37,6 +37,8 @@ from streamvid.scope import about_now, about_speech
 from streamvid.speech_triggers import Heard, heard_condition
 from streamvid.types import Alert, Answer, Context, Narration, Output, ProbeResult, Question, Token
 
+# the answer to a question asked before any frame or speech arrived (the model would answer from the prompt alone)
+NOTHING_SEEN = "I have not seen or heard anything yet. Ask again once the video has started."
 _NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
                  "eight": 8, "nine": 9, "ten": 10, "fifteen": 15, "twenty": 20, "thirty": 30, "forty": 40,
                  "fifty": 50, "sixty": 60}
@@ -240,6 +242,8 @@ class Reasoning:
                 emit(ack)
             return ack
         snap = snap or self.window.snapshot()
+        if not snap.blocks and not self._remembers():
+            return self._unseen(q, emit)
         retrieved, at_times = self.retrieve(q, snap)
         # a question about an older moment ("what was on screen at 03:12?") is answered from that moment alone,
         # without the dialogue about other moments (as train-tiny trains it)
@@ -253,6 +257,19 @@ class Reasoning:
                                                 self.config.generation.max_dialogue_tokens)
         prompt = self.adapter.prompt(q.text, dialogue)
         return Answering(q, context, prompt, retrieved, bool(window), snap.span_s, dropped)
+
+    def _remembers(self) -> bool:
+        return self.memory is not None and len(self.memory) > 0
+
+    def _unseen(self, q: Question, emit: Emit | None) -> Output:
+        """The answer to a question asked before anything was seen or heard (no frame, no speech in the window or in
+        memory): said as it is, without asking the model, which would answer from the prompt alone."""
+        answer = Answer(q.id, NOTHING_SEEN, q.text, round(q.t_s, 3), round(q.t_s - self.t_offset_s, 3),
+                        round(1000 * (time.perf_counter() - q.asked_s), 1), 0, None, [], [])
+        self.answered += 1
+        if emit is not None:
+            emit(answer)
+        return answer
 
     def complete(self, a: Answering, pieces: list[str], ttft_s: float | None, emit: Emit | None = None) -> Output:
         """The answer from its decoded text pieces; `ttft_s` is None when the first token the model produced ended

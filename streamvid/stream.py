@@ -291,8 +291,14 @@ class Stream:
                 self.ask(text, min(t_s, now))
 
     def next_question(self) -> tuple[Question, WindowSnapshot | None] | None:
+        """The next question to answer; None while there is none, or while the stream's first chunk waits for its
+        forward (this step encodes it: a question asked just after the first frames sees them)."""
         with self._lock:
-            return self._questions.popleft() if self._questions else None
+            if not self._questions:
+                return None
+            if self.ingest.chunks_waiting and not self.window.snapshot().blocks:
+                return None
+            return self._questions.popleft()
 
     @property
     def idle(self) -> bool:

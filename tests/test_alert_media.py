@@ -151,6 +151,20 @@ def _alert(t_s: float, trigger_id: str = "w0") -> Alert:
     return Alert(trigger_id, "a red circle", t_s, 0.9, [[t_s - 1.5, t_s + 0.5]], "There is a red circle now.")
 
 
+def test_the_snapshot_is_the_frame_at_the_alerts_time_not_one_chunk_later():
+    """Frames of known grey levels (10 per frame): the snapshot of an alert at 4.5 s is the frame at 4.5 s (level 90),
+    although the frames of the next chunks (5.0-10.0 s, levels 100-200) are already held."""
+    media = AlertMedia(FPS, before_s=8.0, after_s=4.0)  # the ring holds the last 12 s
+    for i in range(21):  # 0 .. 10 s
+        media.put(Frame(image=np.full((64, 64, 3), 10 * i, dtype=np.uint8), t_s=i / FPS, index=i))
+    media.record(_alert(4.5))
+    jpeg = media.snapshot("a0", timeout_s=60)
+    assert jpeg is not None and media.get("a0")["snapshot_t_s"] == 4.5
+    level = np.asarray(Image.open(io.BytesIO(jpeg)).convert("L"), dtype=np.float32).mean()
+    assert abs(level - 90) < 3, level
+    media.close()
+
+
 def test_the_ring_and_the_store_stay_within_their_caps_over_a_long_stream():
     ring_mb, store_mb = 1.0, 0.5
     media = AlertMedia(FPS, before_s=10.0, after_s=4.0, ring_mb=ring_mb, store_mb=store_mb)

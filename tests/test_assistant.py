@@ -148,3 +148,30 @@ def test_run_simulated_answers_from_frames_up_to_t(adapter, clip):
     again = StreamingAssistant(_cfg(fps=4.0), adapter=adapter).run_simulated(FileSource(clip, fps=4.0),
                                                                       [(5.0, "b?"), (1.1, "a?")])
     assert [a.text for a in again] == [a.text for a in answers]
+
+
+def test_a_question_before_any_frame_says_nothing_was_seen(adapter):
+    """Asked before a frame arrived, the answer says so (no model forward: the adapter's lock is held throughout, so
+    a forward would never finish), with no evidence; once a frame has been encoded the model answers."""
+    source = PushSource(fps=10.0)
+    answers: list = []
+
+    def answered() -> bool:
+        answers.extend(o for o in sa.outputs(timeout_s=0.1) if o.kind == "answer")
+        return bool(answers)
+
+    with StreamingAssistant(_cfg(), adapter=adapter) as sa:
+        sa.start(source)
+        with adapter.lock:
+            qid = sa.ask("What shape is red?")
+            assert wait_until(answered, timeout_s=30)
+        assert [a.id for a in answers] == [qid]
+        assert answers[0].text.startswith("I have not seen or heard anything yet") and answers[0].evidence_t_s == []
+        assert answers[0].tokens == 0
+        for i in range(4):
+            source.push(np.zeros((56, 56, 3), np.uint8), t_s=i / 10)
+        assert wait_until(lambda: sa.stats()["blocks_encoded"] >= 1, timeout_s=30)
+        answers.clear()
+        qid = sa.ask("What shape is red?")
+        assert wait_until(answered, timeout_s=60)
+        assert [a.id for a in answers] == [qid] and answers[0].evidence_t_s and answers[0].tokens > 0

@@ -97,3 +97,17 @@ def test_the_wheel_installs_the_app_as_streamvid_app_and_registers_demo(wheel):
     text = wheel.read(entry_points).decode()
     assert "[streamvid.commands]" in text and "demo = streamvid_app.cli:register" in text
     assert "streamvid = streamvid.cli:main" in text
+
+
+def test_the_readme_gives_a_cpu_only_install_of_the_pinned_torch():
+    """The README's CPU-only install takes torch and torchvision from PyTorch's CPU wheel index at exactly the versions
+    constraints.txt pins (its grep, run here, picks those two lines and nothing else), before the same install."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    line = next(x for x in readme.splitlines() if "--index-url https://download.pytorch.org/whl/cpu" in x)
+    pattern = re.search(r"grep -E '([^']+)' constraints.txt", line).group(1)
+    picked = [x for x in (ROOT / "constraints.txt").read_text().splitlines() if re.search(pattern, x)]
+    assert sorted(p.split("==")[0] for p in picked) == ["torch", "torchvision"], picked
+    after = readme[readme.index(line):].splitlines()[1]
+    assert after.startswith("pip install -e . -c constraints.txt"), after
