@@ -100,6 +100,7 @@ def test_a_dead_receiver_does_not_delay_the_healthy_one(dead, request):
                 sender.offer(alert(n))
             wait_until(lambda: len(healthy.got) == 7, timeout_s=30.0, what="the healthy receiver's 7 alerts")
             assert healthy.numbers() == list(range(7))
+            wait_until(lambda: sender.counts(healthy.url)["sent"] == 7, what="the sender to count its answers")
             assert sender.counts(healthy.url) == {"sent": 7, "failed": 0, "dropped": 0}
             assert sender.counts(dead_url)["sent"] == 0 and sender.counts(dead_url)["failed"] == 0  # still trying
         finally:
@@ -127,7 +128,28 @@ def test_a_flood_from_one_stream_drops_only_its_own_oldest_alerts_and_takes_turn
             # turns: after the held POST the two streams alternate, so the calm stream's 5 come within 10 POSTs
             order = [a["stream_id"] for a in receiver.got[1:11]]
             assert order.count("vs-calm") == 5 and order.count("vs-flood") == 5
-            assert sender.sent == 14 and sender.failed == 0
+            wait_until(lambda: sender.sent == 14, what="the sender to count its answers")
+            assert sender.failed == 0
+        finally:
+            sender.close(timeout_s=1.0)
+
+
+def test_past_the_total_bound_the_longest_stream_loses_its_oldest():
+    gate = threading.Event()
+    with Receiver(gate=gate) as receiver:
+        sender = WebhookSender([receiver.url], queue_size=4, max_queued=6)
+        try:
+            sender.offer(alert(0, "vs-held"))
+            wait_until(lambda: len(receiver.got) == 1, what="the first POST to be held at the receiver")
+            for n in range(10):
+                sender.offer(alert(n, "vs-a"))  # its own bound: 6..9 kept
+            for n in range(3):
+                sender.offer(alert(n, "vs-b"))  # the 7th waiting: vs-a (the longest) loses 6
+            sender.offer(alert(0, "vs-c"))  # the 7th again: vs-a (longest first among equals) loses 7
+            gate.set()
+            wait_until(lambda: len(receiver.got) == 1 + 6, what="every kept alert")
+            assert receiver.numbers("vs-a") == [8, 9] and receiver.numbers("vs-b") == [0, 1, 2]
+            assert receiver.numbers("vs-c") == [0] and sender.dropped == 6 + 2
         finally:
             sender.close(timeout_s=1.0)
 
@@ -139,8 +161,8 @@ def test_a_retry_waits_aside_while_other_alerts_go():
         try:
             for n in range(5):
                 sender.offer(alert(n))
-            wait_until(lambda: len(receiver.got) == 5, timeout_s=20.0, what="alerts 1..4 past alert 0's retry")
-            assert receiver.numbers() == [0, 1, 2, 3, 4] and sender.sent == 4 and sender.failed == 0
+            wait_until(lambda: sender.sent == 4, timeout_s=20.0, what="alerts 1..4 past alert 0's retry")
+            assert receiver.numbers() == [0, 1, 2, 3, 4] and sender.failed == 0
         finally:
             sender.close(timeout_s=1.0)
 

@@ -8,8 +8,9 @@
 Each URL has a sender of its own (a thread, "streamvid-serve-webhook-N", with its own connection), so a receiver
 that is down or never answers delays only its own alerts. `offer` puts the alert, for every URL, on that URL's
 queue of the alert's stream (its "stream_id"): each stream's queue holds at most `queue_size` alerts (a full one
-drops its own oldest, counted in `dropped`), and a sender takes the streams in turn (round robin), so one stream's
-flood neither drops nor delays another stream's alerts by more than one alert each turn. A POST is one try of at
+drops its own oldest, counted in `dropped`; past `max_queued` over all streams, the longest stream's oldest goes),
+and a sender takes the streams in turn (round robin), so one stream's flood neither drops nor delays another
+stream's alerts by more than one alert each turn. A POST is one try of at
 most `timeout_s`; a failed one (no answer, or an HTTP status of 429 or 5xx) is tried again up to `retries` more
 times, each after a wait doubling from `backoff_s[0]` to `backoff_s[1]`: the retry is put aside with its due time
 and the sender goes on with the other alerts meanwhile. Other answers (a 3xx, or a 4xx but 429) are failures at
@@ -102,15 +103,21 @@ class _Receiver:
             queue = self._streams.get(stream)
             if queue is None:
                 queue = self._streams[stream] = _StreamQueue()
-            if len(queue) >= self.owner.queue_size:  # the stream's own oldest goes, fresh ones first
-                if queue.fresh:
-                    queue.fresh.popleft()
-                else:
-                    queue.retries.remove(min(queue.retries, key=lambda r: r.seq))
-                    heapq.heapify(queue.retries)
-                self.dropped += 1
+            if len(queue) >= self.owner.queue_size:  # the stream's own oldest goes
+                self._drop_oldest(queue)
             queue.fresh.append(payload)
+            if sum(len(q) for q in self._streams.values()) > self.owner.max_queued:  # the longest stream's oldest
+                self._drop_oldest(max(self._streams.values(), key=len))
             self._cond.notify()
+
+    def _drop_oldest(self, queue: _StreamQueue) -> None:
+        """The oldest alert waiting in `queue`, fresh ones first; counted in `dropped`. With the lock held."""
+        if queue.fresh:
+            queue.fresh.popleft()
+        else:
+            queue.retries.remove(min(queue.retries, key=lambda r: r.seq))
+            heapq.heapify(queue.retries)
+        self.dropped += 1
 
     def wake(self) -> None:
         with self._cond:
@@ -178,10 +185,11 @@ class _Receiver:
 
 class WebhookSender:
     def __init__(self, urls, queue_size: int = 256, retries: int = 5, backoff_s: tuple[float, float] = (0.5, 8.0),
-                 timeout_s: float = 5.0, thumbnails: bool = False):
+                 timeout_s: float = 5.0, thumbnails: bool = False, max_queued: int | None = None):
         urls = self.check(urls)
         self.thumbnails = thumbnails
         self.queue_size = max(1, queue_size)  # per stream and URL
+        self.max_queued = max_queued or 16 * self.queue_size  # per URL over all streams
         self.retries, self.backoff_s, self.timeout_s = retries, backoff_s, timeout_s
         self.stopping = threading.Event()
         self._receivers = [_Receiver(url, i, self) for i, url in enumerate(urls)]
