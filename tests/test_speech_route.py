@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 import pytest
 
-import streamvid.serve.speech_route as speech_route
+from streamvid.serve import speech_route
 from serve_helpers import png, running, wait_until
 from streamvid.config import EngineConfig
 from streamvid.engine import Engine

@@ -26,13 +26,13 @@ class Receiver:
         self.got: list[dict] = []
         self.status = status or (lambda alert, tries: 200)
         self.gate = gate
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802 - the standard library's name
+            def do_POST(self):
                 alert = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with receiver._lock:
+                with receiver.lock:
                     receiver.got.append(alert)
                     tries = sum(a.get("n") == alert.get("n") and a.get("stream_id") == alert.get("stream_id")
                                 for a in receiver.got)
@@ -63,7 +63,7 @@ class Receiver:
         self.server.server_close()
 
     def numbers(self, stream: str | None = None) -> list[int]:
-        with self._lock:
+        with self.lock:
             return [a["n"] for a in self.got if stream is None or a.get("stream_id") == stream]
 
 
