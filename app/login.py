@@ -7,7 +7,8 @@ The throttle watches the server's login route (POST .../login): each answer othe
 is a failure, and once an address has `max_failures` failures within the last `window_s` seconds its further
 failures are answered 429 (with Retry-After) until the oldest of them is older than the window. Every login is
 checked: a right password is let in from a throttled address too (behind a proxy every user shares one address,
-and one user's wrong password must not lock the others out); what stands against guessing is the password's length (MIN_PASSWORD).
+and one user's wrong password must not lock the others out); what stands against guessing is the password's
+length (MIN_PASSWORD).
 Thread contract: one event loop calls the middleware; a lock guards the failure table anyway.
 """
 

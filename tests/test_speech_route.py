@@ -87,7 +87,8 @@ def spoken(text: str) -> bytes:
 
 
 def test_pieces_are_sentences_and_long_ones_are_cut_at_spaces():
-    assert pieces("  One. Two?  Three!\nFour \u2026 five 3.5 s") == ["One.", "Two?", "Three!", "Four \u2026", "five 3.5 s"]
+    assert pieces("  One. Two?  Three!\nFour \u2026 five 3.5 s") == ["One.", "Two?", "Three!", "Four \u2026",
+                                                                    "five 3.5 s"]
     assert pieces("aaaa bbbb cccc", max_chars=9) == ["aaaa bbbb", "cccc"]
     assert pieces("abcdefghij", max_chars=4) == ["abcd", "efgh", "ij"]
     assert pieces(" \n ") == []
