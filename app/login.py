@@ -4,8 +4,11 @@
     LoginThrottle(app, max_failures=10, window_s=60) # ASGI middleware: 429 once an address failed too often
 
 The throttle watches the server's login route (POST .../login): each answer other than success from an address
-is a failure, and an address with `max_failures` failures within the last `window_s` seconds gets 429 (with
-Retry-After) without its password being checked, until the oldest of them is older than the window.
+is a failure, and once an address has `max_failures` failures within the last `window_s` seconds its further
+failures are answered 429 (with Retry-After) until the oldest of them is older than the window. Every login is
+checked: a right password is let in from a throttled address too (behind a proxy every user shares one address,
+and one user's wrong password must not lock the others out); what stands against guessing is the password's
+length (MIN_PASSWORD).
 Thread contract: one event loop calls the middleware; a lock guards the failure table anyway.
 """
 
@@ -41,24 +44,26 @@ class LoginThrottle:
         if scope["type"] != "http" or scope["method"] != "POST" or not scope["path"].rstrip("/").endswith("/login"):
             return await self.app(scope, receive, send)
         address = (scope.get("client") or ("", 0))[0]
-        wait_s = self.retry_after_s(address)
-        if wait_s > 0:
-            body = b'{"detail": "too many failed logins from this address: try again later"}'
-            await send({"type": "http.response.start", "status": 429,
-                        "headers": [(b"content-type", b"application/json"), (b"retry-after", str(wait_s).encode()),
-                                    (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
-            return None
-        status = {}
+        refused = False
 
         async def watch(message):
-            if message["type"] == "http.response.start":
-                status["code"] = message["status"]
-            await send(message)
+            nonlocal refused
+            if message["type"] == "http.response.start" and message["status"] >= 400:
+                wait_s = self.retry_after_s(address)
+                if wait_s > 0:  # a failure from an address that failed too often: 429 instead of the app's answer
+                    refused = True
+                    body = b'{"detail": "too many failed logins from this address: try again later"}'
+                    await send({"type": "http.response.start", "status": 429,
+                                "headers": [(b"content-type", b"application/json"),
+                                            (b"retry-after", str(wait_s).encode()),
+                                            (b"content-length", str(len(body)).encode())]})
+                    await send({"type": "http.response.body", "body": body})
+                    return
+                self.failed(address)
+            if not refused:
+                await send(message)
 
         await self.app(scope, receive, watch)
-        if status.get("code", 500) >= 400:
-            self.failed(address)
         return None
 
     def failed(self, address: str) -> None:

@@ -119,15 +119,23 @@ def test_wrong_keys_from_one_address_are_throttled_with_retry_after():
     assert throttle.retry_after_s("10.0.0.1") == 0
 
 
-def test_a_server_answers_429_after_repeated_wrong_keys(engine):
+def test_wrong_keys_are_throttled_but_the_right_key_is_never_refused(engine):
+    """60 wrong keys from one address (loopback: every client here shares it), then the right key: 200 at once;
+    the wrong keys after it are still 429."""
     options = ServeOptions(api_key=KEY, model_id="tiny", max_new_tokens=4)
     app = build_app(engine, options)
-    with running(app) as url:
-        codes = [httpx.get(f"{url}/v1/models", headers={"Authorization": "Bearer wrong"}).status_code
-                 for _ in range(12)]
-        assert codes[:10] == [401] * 10 and codes[10:] == [429, 429]
-        r = httpx.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {KEY}"})
-        assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1  # the address is held, key or not
+    with running(app) as url, httpx.Client(base_url=url, timeout=60.0) as c:
+        codes = [c.get("/v1/models", headers={"Authorization": "Bearer wrong"}).status_code for _ in range(60)]
+        assert codes[:10] == [401] * 10 and codes[10:] == [429] * 50
+        r = c.get("/v1/models", headers={"Authorization": f"Bearer {KEY}"})
+        assert r.status_code == 200 and r.json()["data"][0]["id"] == "tiny"
+        r = c.post("/v1/streams", json={"source": "push"}, headers={"Authorization": f"Bearer {KEY}"})
+        assert r.status_code == 201  # a body-carrying route too
+        c.delete(f"/v1/streams/{r.json()['id']}", headers={"Authorization": f"Bearer {KEY}"})
+        r = c.get("/v1/models", headers={"Authorization": "Bearer wrong"})
+        assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
+        assert "too many wrong API keys" in one_line_error(r.content)
+        assert c.get("/v1/models").status_code == 429  # no key at all is a wrong key
 
 
 # ---- Host and Origin ------------------------------------------------------------------------------------------------
@@ -249,14 +257,17 @@ def test_a_connection_that_drips_its_request_head_is_closed(engine):
         thread.join(timeout=30)
 
 
-def test_failed_page_logins_are_throttled_like_wrong_keys(engine):
+def test_failed_page_logins_are_throttled_but_the_right_password_is_let_in(engine):
     app = build_app(engine, ServeOptions(api_key=KEY, model_id="tiny", max_new_tokens=4), ui=True)
     with running(app) as url, httpx.Client(base_url=url, timeout=60.0) as c:
-        codes = [c.post("/login", data={"username": "api", "password": "wrong"}).status_code for _ in range(11)]
-        assert all(400 <= code < 500 and code != 429 for code in codes[:10]) and codes[10] == 429
+        codes = [c.post("/login", data={"username": "api", "password": "wrong"}).status_code for _ in range(60)]
+        assert all(400 <= code < 500 and code != 429 for code in codes[:10]) and codes[10:] == [429] * 50
         r = c.post("/login", data={"username": "api", "password": KEY})
-        assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
+        assert r.status_code == 200, r.text
         assert c.get("/", headers={"Origin": url}).status_code == 200  # the page itself, from its own origin
+        r = c.post("/login", data={"username": "api", "password": "wrong"})
+        assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
+        assert "too many failed logins" in one_line_error(r.content)
 
 
 def test_a_server_engine_caps_long_term_memory_by_the_hosts_ram():

@@ -9,8 +9,11 @@ In order, for HTTP requests and WebSocket upgrades alike:
 2. Origin: a browser request or socket upgrade from another origin than the server's own (scheme, host and port of
    the request) or a `--cors-origin` is refused (403);
 3. the API key, for `/v1` routes: checked before any body is read (401); an address that keeps sending wrong keys
-   is answered 429 with `Retry-After` until its failures age out (`Throttle`); so is one whose logins to the page
-   (`serve --ui`) keep failing;
+   has its wrong keys answered 429 with `Retry-After` until its failures age out (`Throttle`); so are the failed
+   logins to the page (`serve --ui`) of one whose logins keep failing. The throttle holds failures only: the right
+   key, or a right password, is let in from a throttled address too (behind a proxy or on loopback every client
+   shares one address, and one client's wrong key must not lock the others out); what keeps a key from being
+   guessed is its length (at least 16 characters off loopback: server.check_bind);
 4. bodies: every `/v1` body but the image of a frame is read here, at most `--max-json-mb` (413 past it, from its
    Content-Length before reading when it says), each read within `request_timeout_s` (408), then handed on.
 Refusals are the API's one-line JSON errors (`{"error": {"message", "type", "code"}}`); a refused upgrade is closed
@@ -167,14 +170,14 @@ class FrontDoor:
         if not path.startswith("/v1") or preflight:  # a CORS preflight carries no key; CORSMiddleware answers it
             return await self.app(scope, receive, send)
         if door.api_key:
-            wait = door.throttle.retry_after_s(address)
-            if wait:
-                return await refuse(scope, send, ServeError(
-                    f"too many wrong API keys from {address}; try again in {wait} s", 429, "rate_limit_error"),
-                    {"Retry-After": str(wait)})
             try:
                 check_key(headers.get("authorization"), door)
-            except ServeError as e:
+            except ServeError as e:  # only a wrong key meets the throttle: the right one is never held
+                wait = door.throttle.retry_after_s(address)
+                if wait:
+                    return await refuse(scope, send, ServeError(
+                        f"too many wrong API keys from {address}; try again in {wait} s", 429, "rate_limit_error"),
+                        {"Retry-After": str(wait)})
                 door.throttle.fail(address)
                 return await refuse(scope, send, e, {"WWW-Authenticate": "Bearer"})
         if scope["type"] == "http" and not path.endswith(door.unlimited_bodies):
@@ -187,18 +190,23 @@ class FrontDoor:
 
 
     async def login(self, scope, receive, send, address: str) -> None:
-        """A login form post: refused (429) while its address has failed too often; a failure (a 4xx answer)
-        counts against it."""
-        wait = self.door.throttle.retry_after_s(address)
-        if wait:
-            return await refuse(scope, send, ServeError(
-                f"too many failed logins from {address}; try again in {wait} s", 429, "rate_limit_error"),
-                {"Retry-After": str(wait)})
+        """A login form post, always checked: a success passes whatever the throttle says; a failure (a 4xx answer)
+        counts against its address, and once the address has failed too often its failures are answered 429."""
+        throttle = self.door.throttle
+        refused = False
 
         async def watch(message):
+            nonlocal refused
             if message["type"] == "http.response.start" and 400 <= message["status"] < 500:
-                self.door.throttle.fail(address)
-            await send(message)
+                wait = throttle.retry_after_s(address)
+                if wait:
+                    refused = True
+                    return await refuse(scope, send, ServeError(
+                        f"too many failed logins from {address}; try again in {wait} s", 429, "rate_limit_error"),
+                        {"Retry-After": str(wait)})
+                throttle.fail(address)
+            if not refused:  # the body of a failure answered 429 instead is not sent
+                await send(message)
 
         return await self.app(scope, receive, watch)
 

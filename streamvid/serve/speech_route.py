@@ -5,6 +5,14 @@
 
 `voice` is accepted and the server's own voice speaks (OpenAI's voice names are not ours); `speed` and
 `instructions` are accepted and ignored. `response_format` must be "wav" or "pcm". `--tts off` answers 409.
+
+Synthesis has a pool of its own (SPEECH_SLOTS threads, "streamvid-speech"), never the event loop's default
+executor that the other routes' work runs on, and at most SPEECH_SLOTS replies are spoken at once per process: one
+more is answered 429 at once (with Retry-After), not queued. The input is at most MAX_INPUT characters, spoken piece
+by piece (sentences, each at most MAX_PIECE characters): a reply of one piece is one WAV with its exact length; a
+longer one is streamed, each piece sent as soon as it is spoken, as a WAV whose header leaves the length open
+(0xFFFFFFFF, read to the end, as OpenAI's streamed WAVs do) or as raw PCM. A piece that fails to speak ends the
+stream there (logged).
 """
 
 from __future__ import annotations
@@ -12,20 +20,30 @@ from __future__ import annotations
 import asyncio
 import functools
 import io
+import logging
+import re
+import struct
+import threading
 import wave
+from concurrent.futures import ThreadPoolExecutor
 
 from fastapi import FastAPI
-from fastapi.responses import Response
+from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from streamvid.audio.pcm import resample
 from streamvid.hub.errors import Conflict, Refused
 from streamvid.serve.errors import ServeError
-from streamvid.serve.web import GetBackend
+from streamvid.serve.web import GetBackend, StrictJSONResponse
 from streamvid.spoken import OUT_RATE
 from streamvid.voices import VoiceUnavailable, load_voice, to_pcm16
 
+log = logging.getLogger(__name__)
+
 MAX_INPUT = 4096  # characters, as OpenAI's
+MAX_PIECE = 400  # characters spoken in one synthesis call (a longer sentence is cut at a space)
+SPEECH_SLOTS = 2  # replies spoken at once per process, and the threads of the synthesis pool
+OPEN_LENGTH = 0xFFFFFFFF  # a streamed WAV's RIFF and data sizes: not known in advance, read to the end
 
 
 class SpeechRequest(BaseModel):
@@ -37,7 +55,8 @@ class SpeechRequest(BaseModel):
 
 
 @functools.lru_cache(maxsize=2)
-def _loaded(name: str):
+def loaded_voice(name: str):
+    """The voice `name` names, loaded once per process (`loaded_voice.cache_clear()` forgets them)."""
     return load_voice(None if name == "auto" else name)
 
 
@@ -46,7 +65,7 @@ def server_voice(tts: str):
     if tts == "off":
         raise Conflict("this server does not speak (--tts off)")
     try:
-        return _loaded(tts)
+        return loaded_voice(tts)
     except (VoiceUnavailable, ValueError) as e:
         raise Conflict(str(e)) from None
 
@@ -57,7 +76,86 @@ def speak(text: str, tts: str) -> bytes:
     return to_pcm16(resample(samples, rate, OUT_RATE)).tobytes()
 
 
-def add_routes(app: FastAPI, get_backend: GetBackend, auth: list) -> None:
+def pieces(text: str, max_chars: int = MAX_PIECE) -> list[str]:
+    """`text` cut into the pieces spoken one by one: its sentences (ending in . ! ? or a line break), a sentence
+    longer than `max_chars` cut at its last space within them (or at `max_chars` without one)."""
+    out = []
+    for sentence in re.split(r"(?<=[.!?\u2026])\s+|\s*\n\s*", text.strip()):
+        while len(sentence) > max_chars:
+            cut = sentence.rfind(" ", 1, max_chars + 1)
+            cut = cut if cut > 0 else max_chars
+            out.append(sentence[:cut].strip())
+            sentence = sentence[cut:].strip()
+        if sentence.strip():
+            out.append(sentence.strip())
+    return out
+
+
+def wav_header(data_bytes: int | None) -> bytes:
+    """A 24 kHz mono PCM16 WAV header for `data_bytes` of samples, or for a length left open (None)."""
+    if data_bytes is None:
+        riff = data = OPEN_LENGTH
+    else:
+        riff, data = 36 + data_bytes, data_bytes
+    return (b"RIFF" + struct.pack("<I", riff) + b"WAVEfmt " + struct.pack("<IHHIIHH", 16, 1, 1, OUT_RATE, 2 * OUT_RATE,
+                                                                          2, 16) + b"data" + struct.pack("<I", data))
+
+
+class Speaker:
+    """The synthesis pool and its slots (SPEECH_SLOTS at once by default)."""
+
+    def __init__(self, slots: int = SPEECH_SLOTS):
+        self.slots = slots
+        self.pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="streamvid-speech")
+        self._free = threading.BoundedSemaphore(slots)
+
+    def take(self) -> bool:
+        """A slot for one reply (True), or False at once when all are taken."""
+        return self._free.acquire(blocking=False)
+
+    def busy(self) -> Response:
+        """The 429 a reply gets when every slot is taken."""
+        error = ServeError(f"the server is already speaking {self.slots} replies, its most at once; try again in a "
+                           f"moment", 429, "rate_limit_error")
+        return StrictJSONResponse(error.body(), status_code=429, headers={"Retry-After": "1"})
+
+    def give(self) -> None:
+        self._free.release()
+
+    async def run(self, fn, *args):
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+    async def stream(self, parts: list[str], tts: str, head: bytes):
+        """`head`, then each piece's PCM16 as soon as it is spoken."""
+        if head:
+            yield head
+        for i, part in enumerate(parts):
+            try:
+                pcm = await self.run(speak, part, tts)
+            except Exception as e:  # noqa: BLE001 - the answer has begun: it ends here, and the log says why
+                log.warning("speech: piece %d of %d failed, the reply ends there: %s", i + 1, len(parts), e)
+                return
+            if pcm:
+                yield pcm
+
+
+class SpeechResponse(StreamingResponse):
+    """A streamed reply that gives its slot back once it is sent, or the client went away."""
+
+    def __init__(self, content, speaker: Speaker, media_type: str):
+        super().__init__(content, media_type=media_type)
+        self.speaker = speaker
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.speaker.give()
+
+
+def add_routes(app: FastAPI, get_backend: GetBackend, auth: list, speaker: Speaker | None = None) -> None:
+    speaker = speaker or Speaker()
+
     @app.post("/v1/audio/speech", dependencies=auth)
     async def speech(body: SpeechRequest) -> Response:
         options = get_backend().options
@@ -66,13 +164,27 @@ def add_routes(app: FastAPI, get_backend: GetBackend, auth: list) -> None:
                              f"{options.model_id!r} (GET /v1/models)", 404, "not_found_error", "model_not_found")
         if body.response_format not in ("wav", "pcm"):
             raise Refused(f'response_format must be "wav" or "pcm", got {body.response_format[:20]!r}')
-        if not body.input.strip():
+        parts = pieces(body.input)
+        if not parts:
             raise Refused("input is empty: give the text to speak")
-        pcm = await asyncio.to_thread(speak, body.input, options.tts)
+        if not speaker.take():
+            return speaker.busy()
+        streaming = False
+        try:
+            await speaker.run(server_voice, options.tts)  # loaded (or refused, 409) before any byte is sent
+            media = "audio/pcm" if body.response_format == "pcm" else "audio/wav"
+            if len(parts) > 1:
+                head = wav_header(None) if body.response_format == "wav" else b""
+                streaming = True
+                return SpeechResponse(speaker.stream(parts, options.tts, head), speaker, media)
+            pcm = await speaker.run(speak, parts[0], options.tts)
+        finally:
+            if not streaming:
+                speaker.give()
         if body.response_format == "pcm":
-            return Response(pcm, media_type="audio/pcm")
+            return Response(pcm, media_type=media)
         buf = io.BytesIO()
         with wave.open(buf, "wb") as w:
             w.setnchannels(1), w.setsampwidth(2), w.setframerate(OUT_RATE)
             w.writeframes(pcm)
-        return Response(buf.getvalue(), media_type="audio/wav")
+        return Response(buf.getvalue(), media_type=media)
