@@ -318,7 +318,9 @@ def _now_md(status: dict) -> str:
         state = f"stopped with an error: {status['error']}"
     elif status.get("running"):
         state = "watching"
-    elif status.get("ended"):
+    elif status.get("stopped") and status.get("can_ask"):
+        state = "stopped (questions still work on what it saw)"
+    elif status.get("ended") and status.get("can_ask"):
         state = "stream ended (questions still work)"
     else:
         state = "stopped"
