@@ -42,7 +42,7 @@ from streamvid.types import Frame
 from streamvid_app.chat import model_name
 from streamvid_app.transcript import Stream, Transcript
 from streamvid_app.uploads import UploadFolders
-from streamvid_app.voice import PageVoice, TalkRecording, pcm16, spoken_question
+from streamvid_app.voice import PLAYER_TIMEOUT_S, PageVoice, TalkRecording, pcm16, spoken_question
 
 __all__ = ["Session", "SessionError", "SessionLimitError", "TRIGGERS_UNAVAILABLE", "triggers_available"]
 
@@ -78,7 +78,8 @@ class Session:
         self._last_webcam_s: float | None = None
         self.narrate = self.config.narration.on  # remarks without being asked, for streams started from now on
         self.last_active_s = time.monotonic()
-        self.voice = PageVoice(voice) if voice is not None else None  # answers spoken on the page (voice.py)
+        # answers spoken on the page (voice.py): only while its player asks for them
+        self.voice = PageVoice(voice, player_timeout_s=PLAYER_TIMEOUT_S) if voice is not None else None
         self._talk = TalkRecording()  # "hold to talk": the microphone's sound is a question
 
     @property
