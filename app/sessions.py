@@ -12,10 +12,10 @@ stream is a stream of the hub (streamvid.hub), opened with the page's source pol
 folders): its frames, questions and watches go through the hub, which checks them as it checks an HTTP client's,
 and its outputs reach the transcript through the hub's fan-out. Errors a user can cause (a refused input, an empty
 question, a full queue, no stream running) raise the hub's errors (`SessionError` is their base) with a message for
-the page; the session stays usable (a refused `start` leaves the running stream as it was). A stream whose work fails ends,
-not the session: the error is kept in `status()` and the chat, and the next `start` opens a fresh stream. `stop`
-closes the stream's source only: as on a clip that ended, questions are still answered from what it saw; the stream
-itself (its memory, its engine slot) is freed by the next `start` or when the session closes.
+the page; the session stays usable (a refused `start` leaves the running stream as it was). A stream whose work
+fails ends, not the session: the error is kept in `status()` and the chat, and the next `start` opens a fresh
+stream. `stop` closes the stream's source only: as on a clip that ended, questions are still answered from what it
+saw; the stream itself (its memory, its engine slot) is freed by the next `start` or when the session closes.
 
 This module holds the lifecycle (streams started and stopped, standing conditions watched again on a fresh stream,
 narration) and the methods the page and the API call. The chat, the alerts and the log that `poll` reads are in
@@ -42,7 +42,8 @@ from streamvid.types import Frame
 from streamvid_app.chat import model_name
 from streamvid_app.transcript import Stream, Transcript
 from streamvid_app.uploads import UploadFolders
-from streamvid_app.voice import PLAYER_TIMEOUT_S, PageVoice, TalkRecording, pcm16, spoken_question
+from streamvid_app.session_sound import SessionSound
+from streamvid_app.voice import PLAYER_TIMEOUT_S, PageVoice, TalkRecording
 
 __all__ = ["Session", "SessionError", "SessionLimitError", "TRIGGERS_UNAVAILABLE", "triggers_available"]
 
@@ -56,7 +57,7 @@ def triggers_available() -> bool:
     return callable(getattr(StreamingAssistant, "watch", None))
 
 
-class Session:
+class Session(SessionSound):
     def __init__(self, key: str, hub: Hub, policy: SourcePolicy, log_size: int = 1000, webcam_gap_s: float = 3.0,
                  client: str = "", uploads: UploadFolders | None = None, voice=None):
         self.key, self.hub, self.policy = key, hub, policy
@@ -284,36 +285,6 @@ class Session:
 
     def heard(self) -> list[dict]:
         return self._transcript.heard()
-
-    def push_audio(self, rate: int, samples) -> dict | None:
-        """Microphone sound (an int16 or float array, mono or channels last, at `rate` Hz) to the running push stream,
-        where the last sound ended; None when no push stream runs (the microphone is on before the webcam), or while
-        "hold to talk" is on: then the sound is the question `talk(False)` asks."""
-        self.touch()
-        if self._talk.add(rate, samples):
-            return None
-        stream = self._stream
-        if stream is None or stream.target.kind != "push" or stream.closed or stream.stopped or stream.sid is None:
-            return None
-        return self.hub.push_audio(stream.sid, pcm16(samples).tobytes(), "audio/pcm", int(rate))
-
-    def talk(self, on: bool) -> tuple[str, str] | None:
-        """"Hold to talk": on, the microphone's sound is recorded as a question (and what is being said stops); off,
-        its words are asked (the hub's recogniser, a leading wake word left out): (question, id), or None if it was
-        not on. Refused (one line) when no words were heard or no stream runs."""
-        self.touch()
-        if on:
-            self._talk.start()
-            if self.voice is not None:
-                self.voice.interrupt()
-            return None
-        wav = self._talk.stop()
-        if wav is None:
-            return None
-        with self._cond:
-            stream = self._running()
-        question = spoken_question(self.hub, stream.sid, wav)
-        return question, self.ask(question)
 
     @property
     def assistant(self) -> StreamingAssistant | None:
