@@ -89,8 +89,7 @@ def build_demo(manager: SessionManager, ask_timeout_s: float = 120.0) -> gr.Bloc
                 timeline = gr.HTML(_timeline_html([], None), elem_id="sv-timeline")
                 alert_gallery = gr.Gallery(label="Alerts, newest first: the frame each fired on (click for its clip)",
                                            columns=5, height=200, fit_columns=False, object_fit="contain",
-                                           allow_preview=False,
-                                           elem_id="sv-alert-gallery")
+                                           allow_preview=False, elem_id="sv-alert-gallery")
                 alert_video = gr.Video(label="The clip around the alert", interactive=False, autoplay=True,
                                        height=260, visible=False, elem_id="sv-alert-clip")  # shown with a clip
         page = _Page(page_now, page_frame, page_captions, page_stats, chat, timeline, alert_gallery, watch["list"],

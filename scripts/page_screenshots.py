@@ -19,6 +19,7 @@ import json
 import re
 import shutil
 import sys
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -155,7 +156,8 @@ def main(argv: list[str]) -> int:
             with sync_playwright() as p:
                 browser = p.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
                 try:
-                    got = capture(browser.new_context().new_page(), demo.local_url.rstrip("/"), manager, out.parent)
+                    got = capture(browser.new_context().new_page(), demo.local_url.rstrip("/"), manager,
+                                  Path(tempfile.mkdtemp(prefix="streamvid-page-")))
                 finally:
                     browser.close()
         finally:
