@@ -1,8 +1,8 @@
 """The frame and clip behind each alert, for the page: thumbnails for its gallery, and a clip written where the page
 can play it (the stream's alert media: streamvid/alert_media.py, kept by every hub stream).
 
-    ready_ids(sa)                              # ["a0", ...]: the alerts whose frame is ready, oldest first
-    alert_thumbnails(sa)                       # [(RGB thumbnail, "[00:14] a red hexagon", "a0"), ...], oldest first
+    ready_ids(sa)                              # ["a1", "a0"]: the alerts whose frame is ready, newest first
+    alert_thumbnails(sa)                       # [(RGB thumbnail, "[00:14] a red hexagon", "a0"), ...], newest first
     alert_clip(sa, "a0", folder, "tab-key")    # folder/streamvid-alert-<tab>-a0.mp4, or None while recording
 """
 
@@ -25,13 +25,14 @@ def _media(sa):
 
 
 def ready_ids(sa) -> list[str]:
-    """The ids of the alerts of `sa` whose frame is kept and ready, oldest first (what the gallery shows)."""
+    """The ids of the alerts of `sa` whose frame is kept and ready, newest first (what the gallery shows, in the
+    order of the page's alert list)."""
     media = _media(sa)
-    return [a["alert_id"] for a in media.list() if a.get("snapshot") == "ready"] if media is not None else []
+    return [a["alert_id"] for a in media.list() if a.get("snapshot") == "ready"][::-1] if media is not None else []
 
 
 def alert_thumbnails(sa, max_px: int = THUMBNAIL_PX) -> list[tuple[np.ndarray, str, str]]:
-    """(thumbnail RGB, caption, alert id) of each alert of `sa` whose frame is kept, oldest first."""
+    """(thumbnail RGB, caption, alert id) of each alert of `sa` whose frame is kept, newest first."""
     media = _media(sa)
     if media is None:
         return []
@@ -42,7 +43,7 @@ def alert_thumbnails(sa, max_px: int = THUMBNAIL_PX) -> list[tuple[np.ndarray, s
             with Image.open(io.BytesIO(jpeg)) as im:
                 image = np.asarray(im.convert("RGB"))
             out.append((image, f"[{clock(a.get('t_s'))}] {a.get('condition', '')}", a["alert_id"]))
-    return out
+    return out[::-1]
 
 
 def alert_clip(sa, alert_id: str, folder: Path, tag: str) -> Path | None:

@@ -53,8 +53,8 @@ def alert_line(alert: dict) -> str:
 
 
 def say_line(remark: dict) -> str:
-    """A remark the model made without being asked (narration)."""
-    return f"[{clock(remark.get('t_s'))}] {remark['text']}"
+    """A remark the model made without being asked (narration), labelled so: it answers no question."""
+    return f"*Narration* [{clock(remark.get('t_s'))}] {remark['text']}"
 
 
 def status_line(status: dict) -> str:

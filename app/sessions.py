@@ -5,15 +5,17 @@
     qid = s.ask("How many shapes are on screen?")
     s.wait_answer(qid)                          # the answer object `streamvid run` prints
     s.poll(0)                                   # {"cursor": n, "outputs": [answers, alerts, ...]}
-    s.stop()                                    # the final stats
+    s.stop()                                    # its source closed, the final stats; questions still work
 
 The gradio layer (`streamvid_app.ui`, `streamvid_app.api`) only maps callbacks onto these methods. A session's
 stream is a stream of the hub (streamvid.hub), opened with the page's source policy (the hub's, plus its upload
 folders): its frames, questions and watches go through the hub, which checks them as it checks an HTTP client's,
 and its outputs reach the transcript through the hub's fan-out. Errors a user can cause (a refused input, an empty
 question, a full queue, no stream running) raise the hub's errors (`SessionError` is their base) with a message for
-the page; the session stays usable. A stream whose work fails ends, not the session: the error is kept in
-`status()` and the chat, and the next `start` opens a fresh stream.
+the page; the session stays usable (a refused `start` leaves the running stream as it was). A stream whose work
+fails ends, not the session: the error is kept in `status()` and the chat, and the next `start` opens a fresh
+stream. `stop` closes the stream's source only: as on a clip that ended, questions are still answered from what it
+saw; the stream itself (its memory, its engine slot) is freed by the next `start` or when the session closes.
 
 This module holds the lifecycle (streams started and stopped, standing conditions watched again on a fresh stream,
 narration) and the methods the page and the API call. The chat, the alerts and the log that `poll` reads are in
@@ -35,11 +37,13 @@ from streamvid.engine import EngineFull
 from streamvid.hub.errors import Busy, HubError, NotFound, Refused
 from streamvid.hub.hub import Hub
 from streamvid.hub.policy import SourcePolicy, Target
+from streamvid.hub.shown import redact
 from streamvid.types import Frame
 from streamvid_app.chat import model_name
 from streamvid_app.transcript import Stream, Transcript
 from streamvid_app.uploads import UploadFolders
-from streamvid_app.voice import PageVoice, TalkRecording, pcm16, spoken_question
+from streamvid_app.session_sound import SessionSound
+from streamvid_app.voice import PLAYER_TIMEOUT_S, PageVoice, TalkRecording
 
 __all__ = ["Session", "SessionError", "SessionLimitError", "TRIGGERS_UNAVAILABLE", "triggers_available"]
 
@@ -53,7 +57,7 @@ def triggers_available() -> bool:
     return callable(getattr(StreamingAssistant, "watch", None))
 
 
-class Session:
+class Session(SessionSound):
     def __init__(self, key: str, hub: Hub, policy: SourcePolicy, log_size: int = 1000, webcam_gap_s: float = 3.0,
                  client: str = "", uploads: UploadFolders | None = None, voice=None):
         self.key, self.hub, self.policy = key, hub, policy
@@ -75,7 +79,8 @@ class Session:
         self._last_webcam_s: float | None = None
         self.narrate = self.config.narration.on  # remarks without being asked, for streams started from now on
         self.last_active_s = time.monotonic()
-        self.voice = PageVoice(voice) if voice is not None else None  # answers spoken on the page (voice.py)
+        # answers spoken on the page (voice.py): only while its player asks for them
+        self.voice = PageVoice(voice, player_timeout_s=PLAYER_TIMEOUT_S) if voice is not None else None
         self._talk = TalkRecording()  # "hold to talk": the microphone's sound is a question
 
     @property
@@ -87,7 +92,11 @@ class Session:
     def start(self, spec: str) -> dict:
         """Start a fresh stream on `spec` (see SourcePolicy.resolve; uploads allowed), replacing the running one."""
         self.touch()
-        target = self.policy.resolve(spec, uploads=True)  # refused before the running stream is touched
+        target = self.policy.resolve(spec, uploads=True)  # refused before the running stream is touched,
+        try:
+            target.policy.check(target)  # and so is a URL whose host is private or does not resolve
+        except HubError as e:
+            raise type(e)(redact(e.message)) from None
         with self._lock:
             self._webcam_armed = False  # an explicit choice: webcam frames no longer take over
             return self._start(target, "pushed frames" if target.kind == "push" else target.label, webcam=False)
@@ -100,11 +109,12 @@ class Session:
             return self._start(self.policy.resolve("push"), "webcam", webcam=True)
 
     def stop(self) -> dict:
-        """Stop the running stream (threads joined, memory folder removed); returns its final stats."""
+        """Stop the running stream's source; returns its final stats. What it saw stays: questions are still
+        answered from it until the next `start` (or the session's close) frees the stream."""
         self.touch()
         with self._lock:
             self._webcam_armed = False  # a webcam still recording does not restart the stream
-            stats = self._stop_stream()
+            stats = self._end_input()
             self._drop_prepared()
         return stats or self.status()
 
@@ -131,12 +141,12 @@ class Session:
                     self._webcam_armed = True  # a new recording
                 self._last_webcam_s = now
                 stream = self._stream
-                if stream is None or not stream.webcam or stream.closed:
+                if stream is None or not stream.webcam or stream.closed or stream.stopped:
                     if not self._webcam_armed:
                         return None
                     self._start(self.policy.resolve("push"), "webcam", webcam=True)
         stream = self._stream
-        if stream is None or stream.target.kind != "push" or stream.closed:
+        if stream is None or stream.target.kind != "push" or stream.closed or stream.stopped:
             raise Refused('no push stream is running: start one with source "push" first')
         pushed = self.hub.push(stream.sid, image, t_s=t_s)
         return {"type": "status", "event": "frame", **pushed}
@@ -245,7 +255,7 @@ class Session:
             stream = self._stream
             if stream is None:
                 last = self._last_stats or {}
-                return {**last, **self._base(), "narrate": self.narrate, "running": False,
+                return {**last, **self._base(), "narrate": self.narrate, "running": False, "can_ask": False,
                         "source": last.get("source")}
         try:
             return self._describe(stream, self.hub.status(stream.sid, touch=False))
@@ -263,7 +273,8 @@ class Session:
             error = stream.error
         return {**self._base(), **hub_status, "narrate": stream.sa.config.narration.on,
                 "wall_s": round(time.monotonic() - stream.started_s, 2), "source": stream.label,
-                "running": bool(hub_status.get("running")) and error is None,
+                "running": bool(hub_status.get("running")) and error is None and not stream.stopped,
+                "stopped": stream.stopped, "can_ask": error is None and hub_status.get("error") is None,
                 "error": error or hub_status.get("error")}
 
     def chat(self) -> list[dict]:
@@ -274,36 +285,6 @@ class Session:
 
     def heard(self) -> list[dict]:
         return self._transcript.heard()
-
-    def push_audio(self, rate: int, samples) -> dict | None:
-        """Microphone sound (an int16 or float array, mono or channels last, at `rate` Hz) to the running push stream,
-        where the last sound ended; None when no push stream runs (the microphone is on before the webcam), or while
-        "hold to talk" is on: then the sound is the question `talk(False)` asks."""
-        self.touch()
-        if self._talk.add(rate, samples):
-            return None
-        stream = self._stream
-        if stream is None or stream.target.kind != "push" or stream.closed or stream.sid is None:
-            return None
-        return self.hub.push_audio(stream.sid, pcm16(samples).tobytes(), "audio/pcm", int(rate))
-
-    def talk(self, on: bool) -> tuple[str, str] | None:
-        """"Hold to talk": on, the microphone's sound is recorded as a question (and what is being said stops); off,
-        its words are asked (the hub's recogniser, a leading wake word left out): (question, id), or None if it was
-        not on. Refused (one line) when no words were heard or no stream runs."""
-        self.touch()
-        if on:
-            self._talk.start()
-            if self.voice is not None:
-                self.voice.interrupt()
-            return None
-        wav = self._talk.stop()
-        if wav is None:
-            return None
-        with self._cond:
-            stream = self._running()
-        question = spoken_question(self.hub, stream.sid, wav)
-        return question, self.ask(question)
 
     @property
     def assistant(self) -> StreamingAssistant | None:
@@ -326,7 +307,8 @@ class Session:
         """The uploaded file the running stream plays, if it plays one."""
         with self._cond:
             stream = self._stream
-            return stream.target.spec if stream is not None and stream.target.kind == "upload" else None
+            playing = stream is not None and stream.target.kind == "upload" and not stream.stopped
+            return stream.target.spec if playing else None
 
     def in_use(self) -> bool:
         """Whether the session holds anything of the user's: a stream, standing conditions, chat or outputs."""
@@ -398,6 +380,30 @@ class Session:
             self._prepared.stop()
             self._prepared = None
 
+    def _end_input(self) -> dict | None:
+        """Close the current stream's source (with _lock held) and wait (bounded) for what it took in to be encoded;
+        the stream stays for questions. One still opening, failed or closed by the hub is stopped for good."""
+        stream = self._stream
+        if stream is None or stream.stopped:
+            return None
+        try:
+            tap = self.hub.get(stream.sid, touch=False).tap
+        except NotFound:
+            tap = None
+        if tap is None or stream.closed:
+            return self._stop_stream()
+        tap.close()
+        stream.sa.ingest_done.wait(self.config.join_timeout_s)
+        with self._cond:
+            stream.stopped = True
+        stats = {**self.status(), "running": False}
+        if stream.target.kind == "upload" and self.uploads is not None:
+            self.uploads.discard(stream.target.spec)
+        with self._cond:
+            self._last_stats = stats
+            self._transcript.stopped(stream.label, stats.get("t_s"))
+        return stats
+
     def _stop_stream(self) -> dict | None:
         """Stop the current stream on the hub (with _lock held): its work, reader and fan-out joined."""
         stream = self._stream
@@ -410,11 +416,12 @@ class Session:
         if final.get("error"):
             self._transcript.on_error(stream, final["error"])
         stats = {k: v for k, v in self._describe(stream, final).items() if k not in ("deleted", "reason")}
-        if stream.target.kind == "upload" and self.uploads is not None:
+        if stream.target.kind == "upload" and self.uploads is not None and not stream.stopped:
             self.uploads.discard(stream.target.spec)
         with self._cond:
             stream.closed = True
             self._stream = None
-            self._last_stats = {**stats, "running": False}
-            self._transcript.stopped(stream.label, stats.get("t_s"))
+            self._last_stats = {**stats, "running": False, "stopped": True, "can_ask": False}
+            if not stream.stopped:
+                self._transcript.stopped(stream.label, stats.get("t_s"))
         return self._last_stats

@@ -44,6 +44,7 @@ class Stream:
         self.started_s = time.monotonic()
         # guarded by the transcript's cond
         self.closed = False
+        self.stopped = False  # its source was closed by the user (Stop): questions still work
         self.error: str | None = None
         self.answers: dict[str, dict] = {}  # answer id -> answer object
         self.pending: dict[str, tuple[dict, float, list[str]]] = {}  # id -> (chat message, t_s, pieces)

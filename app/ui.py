@@ -36,6 +36,7 @@ from streamvid_app.alert_clips import alert_clip, alert_thumbnails, ready_ids
 from streamvid_app.chat import alert_text, clock, heard_text, model_name
 from streamvid_app.inputs import VIDEO_SUFFIXES
 from streamvid_app.manager import SessionManager
+from streamvid_app.page_style import ON_LOAD_JS
 from streamvid_app.sessions import triggers_available
 from streamvid_app.voice_ui import voice_panel, wire_voice
 
@@ -43,8 +44,8 @@ REFRESH_S = 1.0  # how often the page's timer refreshes stats, preview, chat and
 MIC_EVERY_S = 0.5  # how often the microphone's sound is sent
 CAPTIONS = 3  # the newest utterances shown under the picture
 PREVIEW_PX = 224  # smaller frames are shown enlarged (nearest neighbour) in "what the assistant sees"
-_UNSEEN = {"v": -1, "f": -1, "t": None, "g": None}  # what a tab has rendered: session version, frame index,
-# trigger ids, the alert ids in its gallery
+_UNSEEN = {"v": -1, "f": -1, "t": None, "g": None, "c": None}  # what a tab has rendered: session version, frame
+# index, trigger ids, the alert ids in its gallery, the second of stream time its timeline spans to
 
 
 # ---- the page ---------------------------------------------------------------------------------------------
@@ -86,10 +87,11 @@ def build_demo(manager: SessionManager, ask_timeout_s: float = 120.0) -> gr.Bloc
                 voice = voice_panel(manager)
                 watch = _trigger_panel(manager.config.narration.on)
                 timeline = gr.HTML(_timeline_html([], None), elem_id="sv-timeline")
-                alert_gallery = gr.Gallery(label="Alerts: the frame each fired on (click for its clip)", columns=6,
-                                           height=140, allow_preview=False, elem_id="sv-alert-gallery")
+                alert_gallery = gr.Gallery(label="Alerts, newest first: the frame each fired on (click for its clip)",
+                                           columns=5, height=200, fit_columns=False, object_fit="contain",
+                                           allow_preview=False, elem_id="sv-alert-gallery")
                 alert_video = gr.Video(label="The clip around the alert", interactive=False, autoplay=True,
-                                       elem_id="sv-alert-clip")
+                                       height=260, visible=False, elem_id="sv-alert-clip")  # shown with a clip
         page = _Page(page_now, page_frame, page_captions, page_stats, chat, timeline, alert_gallery, watch["list"],
                      gr.State(_UNSEEN))
         _wire_inputs(manager, inputs, page, fps)
@@ -108,6 +110,7 @@ def build_demo(manager: SessionManager, ask_timeout_s: float = 120.0) -> gr.Bloc
         timer.tick(refresh, [page.seen], _outputs(page), api_visibility="private", show_progress="hidden",
                    concurrency_limit=None)
         demo.unload(unload)
+        demo.load(None, None, None, js=ON_LOAD_JS)
     return demo
 
 
@@ -135,7 +138,7 @@ def _inputs(manager: SessionManager) -> dict:
             url = gr.Textbox(label="Stream URL", placeholder="rtsp://camera.local/stream or https://.../clip.mp4",
                              elem_id="sv-url")
             url_btn = gr.Button("Start URL", variant="primary", elem_id="sv-start-url")
-    stop_btn = gr.Button("Stop", variant="stop", elem_id="sv-stop")
+    stop_btn = gr.Button("Stop stream", variant="stop", elem_id="sv-stop")
     return {"clip": clip, "clip_btn": clip_btn, "webcam": webcam, "mic": mic, "upload": upload,
             "upload_btn": upload_btn, "url": url, "url_btn": url_btn, "stop_btn": stop_btn}
 
@@ -264,7 +267,7 @@ def _wire_alerts(manager: SessionManager, page: _Page, video: gr.Video) -> None:
         if path is None:
             gr.Info("That alert's clip is still being recorded (it ends a few seconds after the alert).")
             return gr.skip()
-        return str(path)
+        return gr.Video(value=str(path), visible=True)
 
     page.alerts.select(play, [page.seen], video, api_visibility="private", concurrency_limit=None)
 
@@ -280,6 +283,7 @@ def _render(manager: SessionManager, request: gr.Request, seen: dict) -> tuple:
     frame_index = frame.index if frame is not None else -1
     version = s.version
     changed = version != seen.get("v")
+    second = int(status.get("t_s") or 0)  # the timeline's span follows the stream time
     triggers = s.triggers()
     ids = [t.get("trigger_id") for t in triggers]
     heard = s.heard() if changed else []
@@ -293,12 +297,12 @@ def _render(manager: SessionManager, request: gr.Request, seen: dict) -> tuple:
         _captions_md(heard) if changed else gr.skip(),
         _stats_md(status),
         s.chat() if changed else gr.skip(),
-        _timeline_html(s.alerts(), status.get("t_s"), heard) if changed else gr.skip(),
+        _timeline_html(s.alerts(), status.get("t_s"), s.heard()) if changed or second != seen.get("c") else gr.skip(),
         gallery,
         gr.Dropdown(choices=[(f"{t.get('condition')} ({t.get('trigger_id')})", t.get("trigger_id"))
                              for t in triggers], value=ids[-1] if ids else None)
         if ids != seen.get("t") else gr.skip(),
-        {"v": version, "f": frame_index, "t": ids, "g": shown},
+        {"v": version, "f": frame_index, "t": ids, "g": shown, "c": second},
     )
 
 
@@ -318,7 +322,9 @@ def _now_md(status: dict) -> str:
         state = f"stopped with an error: {status['error']}"
     elif status.get("running"):
         state = "watching"
-    elif status.get("ended"):
+    elif status.get("stopped") and status.get("can_ask"):
+        state = "stopped (questions still work on what it saw)"
+    elif status.get("ended") and status.get("can_ask"):
         state = "stream ended (questions still work)"
     else:
         state = "stopped"

@@ -13,6 +13,9 @@ sentence is synthesized while the rest is still being generated, and the page pl
 question asked some other way (by the wake word) interrupts what is being spoken, as a question typed on the page
 does (`interrupt`: every speaker cancelled, the player told to stop); an alert is spoken after what is being said.
 The player is free when it says its clip ended, or (a page that never says so) a little after the clip's length.
+A session's voice says nothing until a player asks for clips (`next_clip`) and stops synthesizing when none has asked
+for `player_timeout_s` (a client of the API, a closed or unticked player): no audio is made that nobody plays. At most
+QUEUED_MAX utterances wait their turn (an alert past that is not spoken), and `played` keeps the last PLAYED_KEPT.
 
 Thread contract: every method may be called from any thread; one lock guards the state; speakers run on their own
 threads ("streamvid-app-speak") and only append audio under the lock.
@@ -42,6 +45,10 @@ STOP = "stop"  # next_clip: the player should stop the clip it plays
 SLACK_S = 1.5  # a clip's player counts as busy this long after the clip's length, unless it says it ended
 CLIPS_KEPT = 4  # WAV files a session keeps (the page's framework copies each one when it sends it)
 MAX_TALK_S = 60.0  # the longest question a "hold to talk" recording keeps
+TALK_RATES = (8000, 48000)  # the microphone sample rates "hold to talk" takes (Hz): the cap is in samples of these
+PLAYER_TIMEOUT_S = 30.0  # a session's voice stops synthesizing when its player has not asked for a clip this long
+QUEUED_MAX = 8  # utterances waiting to be spoken; an alert past that is not spoken
+PLAYED_KEPT = 200  # entries of `played` kept
 
 
 def page_voice(tts: str | None, strict: bool = True) -> Voice | None:
@@ -88,9 +95,11 @@ class _Utterance:
 
 
 class PageVoice:
-    def __init__(self, voice: Voice, enabled: bool = True):
+    def __init__(self, voice: Voice, enabled: bool = True, player_timeout_s: float | None = None):
         self.voice = voice
         self.enabled = enabled
+        self.player_timeout_s = player_timeout_s  # None: speak whether or not a player asks for the clips
+        self._player_s: float | None = None  # monotonic time a player last asked for a clip
         self.played: list[tuple[str, str]] = []  # (answer id or "alert:...", sentence) of every clip taken, in order
         self.error: str | None = None  # the last speaker's failure, once (the page shows it)
         self._cond = threading.Condition()
@@ -113,9 +122,11 @@ class PageVoice:
         if kind not in ("answer.delta", "answer", "alert"):
             return
         with self._cond:
-            if not self.enabled:
+            if not self.listened():
                 return
             if kind == "alert":
+                if len(self._queue) >= QUEUED_MAX:
+                    return
                 text = str(item.get("text") or f"Alert: {item.get('condition', '')}")
                 self._start(f"alert:{item.get('alert_id') or item.get('t_s')}").speaker.say(text)
                 return
@@ -157,6 +168,20 @@ class PageVoice:
             if not on:
                 self._cancel_all()
 
+    def listened(self) -> bool:
+        """Whether what is said now is synthesized: speaking is on and a player asked for a clip lately."""
+        with self._cond:
+            if not self.enabled:
+                return False
+            return self.player_timeout_s is None or (
+                self._player_s is not None and time.monotonic() - self._player_s <= self.player_timeout_s)
+
+    @property
+    def queued(self) -> int:
+        """Utterances being synthesized or waiting to be played."""
+        with self._cond:
+            return len(self._queue)
+
     def speaking(self) -> bool:
         """Whether anything is being said or waits to be (the player's clip included)."""
         with self._cond:
@@ -176,6 +201,7 @@ class PageVoice:
         free; then the next sentence of what is being said is waited for up to `wait_s`."""
         deadline = time.monotonic() + wait_s
         with self._cond:
+            self._player_s = time.monotonic()
             if ended:
                 self._busy_until = 0.0
             while True:
@@ -239,6 +265,7 @@ class PageVoice:
             self._clips.popleft().unlink(missing_ok=True)
         self._busy_until = time.monotonic() + len(pcm) / 2 / OUT_RATE + SLACK_S
         self.played.extend((key, s) for s in sentences)
+        del self.played[:-PLAYED_KEPT]
         return str(path)
 
 
@@ -248,7 +275,7 @@ def pcm16(samples) -> np.ndarray:
     if x.ndim == 2:
         x = x.mean(axis=1)
     if x.dtype.kind == "f":
-        x = np.clip(x, -1.0, 1.0) * 32767
+        x = np.clip(np.nan_to_num(x, nan=0.0, posinf=1.0, neginf=-1.0), -1.0, 1.0) * 32767
     return np.asarray(x, dtype="<i2")
 
 
@@ -264,8 +291,9 @@ def spoken_question(hub, sid: str, wav: bytes) -> str:
 
 
 class TalkRecording:
-    """What the microphone hears while "hold to talk" is on: a question, kept (up to MAX_TALK_S) until it is let go.
-    Any thread (one lock)."""
+    """What the microphone hears while "hold to talk" is on: a question, kept (up to MAX_TALK_S at its rate, one of
+    TALK_RATES: at most 60 s x 48 kHz x 2 bytes, whatever rate a client declares) until it is let go. Any thread (one
+    lock)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -283,15 +311,21 @@ class TalkRecording:
             self._on, self._rate, self._parts, self._n = True, None, [], 0
 
     def add(self, rate: int, samples) -> bool:
-        """Keep the microphone's sound if recording (True), else leave it to the stream (False)."""
+        """Keep the microphone's sound if recording (True), else leave it to the stream (False). Refused (one
+        line) at a rate outside TALK_RATES."""
         with self._lock:
             if not self._on:
                 return False
             rate = int(rate)
+            if not TALK_RATES[0] <= rate <= TALK_RATES[1]:
+                raise Refused(f"hold to talk: the microphone's rate of {rate} Hz is not one this page takes "
+                              f"({TALK_RATES[0]} to {TALK_RATES[1]} Hz)")
             if self._rate is None:
                 self._rate = rate
-            if rate == self._rate and self._n < MAX_TALK_S * rate:  # beyond the cap the rest is dropped
-                x = pcm16(samples)
+            room = int(MAX_TALK_S * rate) - self._n  # beyond the cap the rest is dropped
+            if rate == self._rate and room > 0:
+                x = np.asarray(samples)[:room]  # cut before it is converted
+                x = pcm16(x)
                 self._parts.append(x)
                 self._n += len(x)
             return True

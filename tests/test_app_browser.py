@@ -4,7 +4,7 @@ timestamped answer appears; a screenshot is saved.
 
 Needs `apt-get install chromium` and `pip install playwright` (never `playwright install`: the system Chromium is
 used). Skipped when either is missing, unless STREAMVID_REQUIRE_BROWSER=1 (set by .ci/run), which makes a missing
-browser a failure. STREAMVID_SCREENSHOT=PATH also saves the screenshot there (the README's picture).
+browser a failure. The page's layout, and the README's screenshot, are tests/test_app_page.py's.
 """
 
 from __future__ import annotations
@@ -156,8 +156,6 @@ def test_webcam_question_and_timestamped_answer_in_chromium(served, tmp_path):
             shot = tmp_path / "streamvid-demo.png"
             page.screenshot(path=str(shot), full_page=True)
             assert shot.stat().st_size > 10_000
-            if os.environ.get("STREAMVID_SCREENSHOT"):
-                shutil.copy(shot, os.environ["STREAMVID_SCREENSHOT"])
 
             page.close()  # closing the tab ends its session: stream stopped, slot freed
             wait_until(lambda: len(manager) == 0 and sessions[0].status()["running"] is False,

@@ -303,3 +303,41 @@ def test_sixteen_sessions_run_at_once_on_one_engine(adapter, policy):
             m.session("tab-16")
     finally:
         m.shutdown()
+
+
+def test_a_refused_url_leaves_the_running_stream_as_it_was(manager):
+    s = manager.session("tab-1")
+    s.start("push")
+    push_one_by_one(s, 2)
+    before = s.status()
+    with pytest.raises(ValueError, match="loopback address"):
+        s.start("http://127.0.0.1:9/nothing-listens-here.mp4")
+    after = s.status()
+    assert (after["id"], after["source"], after["running"]) == (before["id"], "pushed frames", True)
+    s.push_frame(np.zeros((56, 56, 3), np.uint8), t_s=1.0)  # the same stream takes frames as before
+    wait_until(lambda: s.status()["frames_in"] + s.status()["frames_dropped"] >= 3, what="a third frame in")
+    assert [o["event"] for o in s.poll(0)["outputs"] if o["type"] == "status"] == ["started"]
+    s.stop()
+
+
+def test_questions_are_answered_after_stop_from_what_the_stream_saw(manager):
+    s = manager.session("tab-1")
+    s.start("push")
+    push_one_by_one(s, 4)  # frames at 0.0, 0.5, 1.0, 1.5 s
+    final = s.stop()
+    assert final["running"] is False and final["frames_in"] == 4 and final["t_s"] == 1.5
+    qid = s.ask("What is on screen?")  # what the page promises: the stopped stream's memory answers
+    answer = s.wait_answer(qid, timeout_s=60)
+    assert answer["type"] == "answer" and answer["t_s"] == 1.5
+    assert final["stopped"] is True and final["can_ask"] is True
+    assert s.chat()[-1]["content"].startswith("[00:01] ")
+    with pytest.raises(SessionError, match="no push stream is running"):
+        s.push_frame(np.zeros((56, 56, 3), np.uint8), t_s=2.0)  # its source is closed: no frame goes in
+    assert s.status()["frames_in"] == 4 and s.status()["running"] is False
+    assert s.stop()["stopped"] is True  # a second Stop changes nothing
+    s.start("demo")  # a fresh stream frees the stopped one (one "stopped" event for it, at Stop)
+    events = [(o["event"], o["source"]) for o in s.poll(0)["outputs"] if o["type"] == "status"]
+    assert events == [("started", "pushed frames"), ("stopped", "pushed frames"), ("started", "demo")]
+    assert len(manager.engine.streams()) == 1
+    s.close()
+    assert s.status()["can_ask"] is False and len(manager.engine.streams()) == 0

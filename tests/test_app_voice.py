@@ -107,6 +107,7 @@ def _started(manager, key: str):
 def test_a_new_question_stops_the_answer_being_spoken_on_the_real_hub(manager):
     s = _started(manager, "voice-interrupt")
     try:
+        assert s.voice.next_clip() is None  # the page's player is there (it asks for clips)
         q1 = s.ask("What colour is the star?")
         _clip(s.voice, 120)  # the page plays q1's answer
         assert {k for k, _ in s.voice.played} == {q1}
@@ -141,6 +142,7 @@ def test_hold_to_talk_asks_what_the_microphone_heard_on_the_real_hub(manager, tm
         s.talk(True)
         for chunk in np.array_split(np.concatenate([quiet, samples, quiet]), 6):  # as the page's microphone sends
             assert s.push_audio(rate, chunk.astype(np.float32) / 32768) is None  # kept for the question
+        assert s.voice.next_clip() is None  # the page's player is there
         question, qid = s.talk(False)
         assert words(question) == ["how", "many", "shapes", "are", "there"]
         answer = s.wait_answer(qid, 120)
@@ -160,3 +162,29 @@ def test_hold_to_talk_asks_what_the_microphone_heard_on_the_real_hub(manager, tm
         assert s.status()["running"]  # the session goes on
     finally:
         manager.close("voice-talk")
+
+
+def test_a_session_voice_synthesizes_nothing_until_a_player_asks_and_keeps_a_bounded_queue(manager, monkeypatch):
+    """A session nobody listens to (an API client, a tab whose player never asks) makes no speech; with a player,
+    alerts that are never taken wait in a queue of at most QUEUED_MAX, and speech stops once the player is gone."""
+    import streamvid_app.voice as voice_module
+
+    s = manager.session("voice-unheard")
+    try:
+        pv = s.voice
+        for i in range(3):
+            pv.on_item({"type": "alert", "alert_id": f"a{i}", "text": "A red circle appeared."})
+        assert pv.queued == 0 and not pv.speaking()  # nothing synthesized, nothing kept
+        assert pv.next_clip() is None  # the player asks: from now on alerts are spoken
+        for i in range(3, 3 + 3 * voice_module.QUEUED_MAX):
+            pv.on_item({"type": "alert", "alert_id": f"a{i}", "text": "A red circle appeared."})
+        assert pv.queued == voice_module.QUEUED_MAX
+        clip = _clip(pv)
+        assert pv.played[0][0] == "alert:a3" and _duration_s(clip) > 0.3  # the first alert heard after it asked
+        pv.interrupt()
+        monkeypatch.setattr(pv, "player_timeout_s", 0.0)  # the player has not asked since: it is gone
+        assert wait_until(lambda: not pv.listened(), 5.0)
+        pv.on_item({"type": "alert", "alert_id": "late", "text": "A red circle appeared."})
+        assert pv.queued == 0
+    finally:
+        manager.close("voice-unheard")
