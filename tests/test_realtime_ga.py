@@ -17,6 +17,7 @@ import wave
 import httpx
 import numpy as np
 import pytest
+from serve_helpers import engine_answer, frames_taken, png, running, wait_until
 
 from streamvid.config import EngineConfig
 from streamvid.engine import Engine
@@ -24,14 +25,13 @@ from streamvid.eval.wer import words
 from streamvid.serve import ServeOptions, build_app
 from streamvid.serve.client_secrets import ClientSecrets
 from streamvid.sources import FileSource
-from serve_helpers import engine_answer, frames_taken, png, running, wait_until
 
 openai = pytest.importorskip("openai")
 pytest.importorskip("websockets")
 pydantic = pytest.importorskip("pydantic")
-from openai.types.realtime.client_secret_create_response import ClientSecretCreateResponse  # noqa: E402
-from openai.types.realtime.realtime_server_event import RealtimeServerEvent  # noqa: E402
-from websockets.exceptions import InvalidStatus  # noqa: E402
+from openai.types.realtime.client_secret_create_response import ClientSecretCreateResponse
+from openai.types.realtime.realtime_server_event import RealtimeServerEvent
+from websockets.exceptions import InvalidStatus
 
 KEY = "k" * 24
 MODEL = "streamvid-tiny"

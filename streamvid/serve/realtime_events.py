@@ -45,7 +45,7 @@ class Outbox:
             return
         if self.queue.qsize() >= MAX_QUEUED:
             self.closed = True
-            asyncio.ensure_future(self._drop("the client reads events too slowly"))
+            self._dropping = asyncio.ensure_future(self._drop("the client reads events too slowly"))
             return
         self.queue.put_nowait({"event_id": f"event_{self._prefix}{next(self._ids):06d}", **event})
 
