@@ -390,3 +390,39 @@ def test_a_client_secret_expires():
     third, _ = secrets.issue(10, {"instructions": "c"})
     assert secrets.take(third) == {"instructions": "c"} and secrets.take(third) is None  # one session each
     assert len(secrets) == 0
+
+
+def test_server_vad_answers_each_utterance_by_itself(bundled, http, images, tmp_path):
+    """Turn detection on (the default, create_response): sound appended to the stream is heard by its voice
+    detector; the utterance comes as speech_started / speech_stopped, committed (the same item), its user item and
+    transcription, and a response nobody created, whose text is the engine's answer to the words heard."""
+    url, engine = bundled
+    pcm = _speech(tmp_path, "how many shapes are on screen")
+
+    async def main():
+        async with client(url).realtime.connect(model=MODEL) as conn:
+            events = Events(conn)
+            sid = (await events.next()).session.model_extra["streamvid"]["stream_id"]
+            await conn.session.update(session={"type": "realtime", "output_modalities": ["text"], "audio": {
+                "input": {"turn_detection": {"type": "server_vad", "silence_duration_ms": 500}}}})
+            s = (await events.until("session.updated"))[-1].session
+            assert s.audio.input.turn_detection.silence_duration_ms == 500
+            await push_items(conn, events, http, sid, images)
+            for i in range(0, len(pcm), 9600):
+                await conn.input_audio_buffer.append(audio=base64.b64encode(pcm[i:i + 9600]).decode())
+            return await events.until("response.done")
+
+    got = asyncio.run(main())
+    kinds = [e.type for e in got]
+    order = ["input_audio_buffer.speech_started", "input_audio_buffer.speech_stopped", "input_audio_buffer.committed",
+             "conversation.item.input_audio_transcription.completed", "response.created", "response.done"]
+    assert [k for k in kinds if k in order] == order, kinds
+    started, committed, heard = (next(e for e in got if e.type == k) for k in (
+        "input_audio_buffer.speech_started", "input_audio_buffer.committed",
+        "conversation.item.input_audio_transcription.completed"))
+    assert started.item_id == committed.item_id == heard.item_id
+    assert {"many", "shapes", "screen"} <= set(words(heard.transcript))
+    expected = engine_answer(BUNDLED, engine.adapter, images, heard.transcript)
+    done = got[-1].response
+    text = "".join(e.delta for e in got if e.type == "response.output_text.delta")
+    assert done.status == "completed" and text.strip() == expected["text"]
