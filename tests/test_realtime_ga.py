@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import io
 import json
 import os
+import re
 import shutil
 import subprocess
 import wave
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -426,3 +430,18 @@ def test_server_vad_answers_each_utterance_by_itself(bundled, http, images, tmp_
     done = got[-1].response
     text = "".join(e.delta for e in got if e.type == "response.output_text.delta")
     assert done.status == "completed" and text.strip() == expected["text"]
+
+
+def test_the_docs_sdk_example_runs_as_written(bundled, images):
+    """docs/api.md's realtime example, as written (its server address and key replaced): a completed response with
+    its usage printed."""
+    url, _ = bundled
+    text = (Path(__file__).parents[1] / "docs" / "api.md").read_text()
+    (block,) = re.findall(r"<!-- test: realtime-sdk -->\n```python\n(.*?)```", text, re.DOTALL)
+    printed = io.StringIO()
+    code = compile(block.replace("127.0.0.1:8000", url.removeprefix("http://")).replace('"KEY"', repr(KEY)),
+                   "docs/api.md", "exec")
+    with contextlib.redirect_stdout(printed):
+        exec(code, {"frames": [png(image) for image in images[:8]]})  # noqa: S102 - the docs' example, as written
+    last = printed.getvalue().splitlines()[-1]
+    assert re.fullmatch(r"\d+ completed RealtimeResponseUsage\(.*input_tokens=[1-9]\d*.*output_tokens=[1-9].*", last), last
