@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 import wave
 from pathlib import Path
 
@@ -183,9 +184,21 @@ def test_session_lifecycle_update_and_errors_the_sdk_parses(bundled, http):
             assert (await events.until("conversation.item.deleted"))[-1].item_id == added.id
             await conn.response.create()
             assert (await events.until("error"))[-1].error.code == "no_user_message"  # (it was deleted)
-        return sid
+            await conn.conversation.item.create(item={"type": "message", "role": "user", "content": [
+                {"type": "input_text", "text": QUESTION}]})
+            await conn.response.create()
+            unseen = await events.until("response.done")  # nothing was shown: answered so, without the model
+        return sid, unseen
 
-    sid = asyncio.run(main())  # the stream the session opened closed with it:
+    sid, unseen = asyncio.run(main())
+    fresh = http.post("/v1/streams", json={"source": "push"}).json()["id"]
+    said = http.post("/v1/chat/completions", json={"model": MODEL, "stream_id": fresh, "messages": [
+        {"role": "user", "content": QUESTION}]}).json()["choices"][0]["message"]["content"]
+    http.delete(f"/v1/streams/{fresh}")
+    text = "".join(e.delta for e in unseen if e.type == "response.output_text.delta")
+    assert text == said == unseen[-1].response.output[0].content[0].text and len(said) > 10
+    assert unseen[-1].response.usage.output_tokens == 0
+    # the stream the session opened closed with it:
     wait_until(lambda: http.get(f"/v1/streams/{sid}").status_code == 404, 30, "the session's stream to close")
 
 
@@ -268,7 +281,8 @@ def _speech(tmp_path, text: str) -> bytes:
 def test_a_spoken_question_is_transcribed_and_answered_aloud(bundled, http, images, tmp_path):
     """Push to talk (turn_detection null): appended PCM16, committed: the transcription (the words spoken), then
     response.create: the answer spoken (audio deltas the length of real speech) with its transcript, which is the
-    engine's answer to the transcribed question on the same frames."""
+    engine's answer to the transcribed question on the same frames; the same sound as an input_audio part of a
+    user item is transcribed into the item."""
     url, engine = bundled
     pcm = _speech(tmp_path, "how many shapes are on screen")
 
@@ -285,9 +299,15 @@ def test_a_spoken_question_is_transcribed_and_answered_aloud(bundled, http, imag
             await conn.input_audio_buffer.commit()
             heard = await events.until("conversation.item.input_audio_transcription.completed")
             await conn.response.create()
-            return heard, await events.until("response.done")
+            spoken = await events.until("response.done")
+            await conn.conversation.item.create(item={"type": "message", "role": "user", "content": [
+                {"type": "input_audio", "audio": base64.b64encode(pcm).decode()}]})
+            item = (await events.until("conversation.item.done"))[-1].item
+            return heard, spoken, item
 
-    heard, spoken = asyncio.run(main())
+    heard, spoken, item = asyncio.run(main())
+    assert item.content[0].type == "input_audio" and {"many", "shapes", "screen"} <= set(
+        words(item.content[0].transcript))
     committed = next(e for e in heard if e.type == "input_audio_buffer.committed")
     transcript = heard[-1]
     assert transcript.item_id == committed.item_id
@@ -445,3 +465,75 @@ def test_the_docs_sdk_example_runs_as_written(bundled, images):
         exec(code, {"frames": [png(image) for image in images[:8]]})  # noqa: S102 - the docs' example, as written
     last = printed.getvalue().splitlines()[-1]
     assert re.fullmatch(r"\d+ completed RealtimeResponseUsage\(.*input_tokens=[1-9]\d*.*output_tokens=[1-9].*", last), last
+
+
+def test_sessions_that_come_and_go_leave_no_stream_or_thread_behind(bundled, http):
+    """Ten sessions (some opened with client secrets, some spoken to badly, some left while a spoken answer is on
+    its way) and a few refused upgrades: afterwards no stream is open and no stream or speaking thread is left."""
+    url, _ = bundled
+
+    def ours():
+        return sorted(t.name for t in threading.enumerate() if t.name.startswith(("streamvid-hub", "streamvid-ingest",
+                                                                                 "streamvid-realtime")))
+
+    before = ours()
+    sync = openai.OpenAI(api_key=KEY, base_url=f"{url}/v1", max_retries=0)
+
+    async def main():
+        for i in range(10):
+            key = sync.realtime.client_secrets.create().value if i % 3 == 0 else KEY
+            async with client(url, key).realtime.connect(model=MODEL) as conn:
+                events = Events(conn)
+                await events.next()
+                await conn.send_raw("{" * (i + 1))
+                await events.until("error")
+                if i % 2:
+                    await conn.session.update(session={"type": "realtime", "output_modalities": ["audio"]})
+                    await conn.conversation.item.create(item={"type": "message", "role": "user", "content": [
+                        {"type": "input_text", "text": QUESTION}]})
+                    await conn.response.create()
+                    await events.until("response.created")  # (gone before it is answered)
+            if i in (0, 5):  # (a few: the front door throttles an address after 10 wrong keys a minute)
+                with pytest.raises(InvalidStatus):
+                    async with client(url, "wrong-key-" + "x" * 20).realtime.connect(model=MODEL):
+                        pass
+
+    asyncio.run(main())
+    wait_until(lambda: http.get("/v1/streams").json()["data"] == [], 60, "every session's stream to close")
+    wait_until(lambda: ours() == before, 60, "the sessions' threads to end")
+
+
+def test_a_response_cut_at_max_output_tokens_is_incomplete():
+    """Response fed token pieces past its max_output_tokens (2): two deltas go out, response.done says
+    "incomplete" for "max_output_tokens" with 2 output tokens, and every event parses in the SDK's models."""
+    from streamvid.serve.realtime_events import Outbox
+    from streamvid.serve.realtime_responses import Response
+
+    class Socket:
+        def __init__(self):
+            self.sent = []
+
+        async def send_text(self, text):
+            self.sent.append(text)
+
+    async def main():
+        ws = Socket()
+        out = Outbox(ws)
+        done = asyncio.Event()
+        r = Response(out, "q1", audio=False, voice=None, max_tokens=2, on_done=lambda _: done.set())
+        r.start()
+        for piece in ("Two", " red", " circles", "."):
+            r.delta(piece)
+        r.finish({"type": "answer", "id": "q1", "text": "Two red circles.", "tokens": 4, "prompt_tokens": 9,
+                  "context_tokens": 120})
+        await asyncio.wait_for(done.wait(), WAIT_S)
+        await out.close()
+        return [SERVER_EVENT.validate_json(text) for text in ws.sent]
+
+    events = asyncio.run(main())
+    assert [e.delta for e in events if e.type == "response.output_text.delta"] == ["Two", " red"]
+    done = events[-1].response
+    assert (done.status, done.status_details.reason, done.output[0].content[0].text) == (
+        "incomplete", "max_output_tokens", "Two red")
+    assert (done.usage.input_tokens, done.usage.output_tokens, done.usage.input_token_details.cached_tokens) == (
+        129, 2, 120)

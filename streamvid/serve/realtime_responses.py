@@ -97,6 +97,13 @@ class Response:
         """The answer is complete (`answer`: the engine's, for its usage): done once what is left is spoken."""
         if not self.active:
             return
+        said = str((answer or {}).get("text") or "")
+        if said.strip() and not "".join(self.pieces).strip():  # said whole, without token pieces (an
+            self.pieces.append(said)                            # acknowledgement, "nothing seen yet")
+            if self.audio:
+                self.speaker.feed(said)
+            else:
+                self.out.put({"type": "response.output_text.delta", **self._ids(), "delta": said})
         self.state = "finishing"
         self._task = asyncio.ensure_future(self._finish(answer))  # (held: a task nobody holds may be collected)
 
@@ -108,7 +115,8 @@ class Response:
             return
         used = None
         if answer is not None:
-            out_tokens = len(self.pieces) if self.cut else int(answer.get("tokens") or len(self.pieces))
+            tokens = answer.get("tokens")
+            out_tokens = len(self.pieces) if self.cut or not isinstance(tokens, int) else tokens
             prompt, context = int(answer.get("prompt_tokens") or 0), int(answer.get("context_tokens") or 0)
             used = usage(prompt + context, out_tokens, cached=context, text_in=prompt)
         if self.cut:
