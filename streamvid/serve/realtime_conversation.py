@@ -57,7 +57,7 @@ class RealtimeSession(AudioIn):
         self.out.put({"type": "session.created", "session": self.config.to_json()})
         if granted:
             try:
-                await self.session_update({"session": granted}, announce=False)
+                await self.session_update({"session": granted})
             except Exception as e:  # noqa: BLE001
                 self.out.error(e)
         pump = asyncio.create_task(self.pump())
@@ -106,7 +106,7 @@ class RealtimeSession(AudioIn):
         await handler(self, event)
 
     # ---- the session ------------------------------------------------------------------------------------
-    async def session_update(self, event: dict, announce: bool = True) -> None:
+    async def session_update(self, event: dict) -> None:
         was_manual = self.config.manual
         act = self.config.update(event.get("session"))
         if act["silence_s"] is not None:
