@@ -43,6 +43,7 @@ class RealtimeSession(AudioIn):
         self.pending: list[tuple[str, str]] = []  # (item_id, text): user words not yet answered
         self.response: Response | None = None
         self.early: list[dict] = []  # the stream's outputs while the active response's question is being queued
+        self.asking = False
         self.waiting: deque[dict] = deque(maxlen=32)  # alerts and remarks for after the active response
         self.speech: list[dict] = []  # server VAD: the newest stretches of speech {"item_id", "start"}
         self.heard = False  # this client has appended sound to the stream (server VAD answers it)
@@ -219,11 +220,14 @@ class RealtimeSession(AudioIn):
         r = self.response = Response(self.out, qid, audio, self.voice, metadata, cap, on_done=self.next)
         r.start()
         if qid is None:
+            self.asking, self.early = True, []  # its answer may begin before the queueing returns its id
             try:
                 r.qid = (await self.backend.question(self.sid, question))["id"]
             except BaseException:
                 r.cancel(None, "failed")
                 raise
+            finally:
+                self.asking = False
             early, self.early = self.early, []
             for item in early:
                 self.answer_item(item)
@@ -289,7 +293,7 @@ class RealtimeSession(AudioIn):
         r = self.response
         if r is None:
             return
-        if r.qid is None:
+        if self.asking:
             self.early.append(item)
         elif item.get("id") == r.qid:
             if item["type"] == "answer.delta":
