@@ -8,8 +8,8 @@ gives a key a browser (or any client the server's key must not reach) uses as it
 
 A secret lives `seconds` (10 to 7200; 600 by default), is good for one session (a second upgrade with it is
 refused), and only for the realtime socket (`GET /v1/realtime`): on any other `/v1` route it is a wrong key (401).
-The session it was made with (checked when it is made, realtime_session.py) is applied when that session opens;
-its `streamvid.stream_id` names a stream to attach to. Secrets live in the server's memory (a restart forgets them).
+The session it was made with (checked when it is made, realtime_session.py) is that session from its
+session.created on; its `streamvid.stream_id` names a stream to attach to. Secrets live in the server's memory (a restart forgets them).
 
 `SecretDoor` is what lets a secret in: an ASGI middleware outside the front door (front_door.py) that, for the
 realtime socket's upgrade only, takes a valid secret's `Authorization` as the server's key (the front door then lets

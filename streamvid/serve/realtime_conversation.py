@@ -55,12 +55,15 @@ class RealtimeSession(AudioIn):
             self.voice = None
         self.config = SessionConfig(self.options.model_id, self.sid, self.fps, self.voice is not None)
         self.out = Outbox(self.ws)
-        self.out.put({"type": "session.created", "session": self.config.to_json()})
-        if granted:
+        refused = None
+        if granted:  # a client secret's session is the session from the start
             try:
-                await self.session_update({"session": granted})
+                await self.session_update({"session": granted}, announce=False)
             except Exception as e:  # noqa: BLE001
-                self.out.error(e)
+                refused = e
+        self.out.put({"type": "session.created", "session": self.config.to_json()})
+        if refused is not None:
+            self.out.error(refused)
         pump = asyncio.create_task(self.pump())
         try:
             while True:
@@ -107,7 +110,7 @@ class RealtimeSession(AudioIn):
         await handler(self, event)
 
     # ---- the session ------------------------------------------------------------------------------------
-    async def session_update(self, event: dict) -> None:
+    async def session_update(self, event: dict, announce: bool = True) -> None:
         was_manual = self.config.manual
         act = self.config.update(event.get("session"))
         if act["silence_s"] is not None:
@@ -120,7 +123,8 @@ class RealtimeSession(AudioIn):
                 watch = await self.backend.watch(self.sid, condition)
                 self.config.watches.append({"id": watch["id"], "condition": watch["condition"]})
         finally:
-            self.out.put({"type": "session.updated", "session": self.config.to_json()})
+            if announce:
+                self.out.put({"type": "session.updated", "session": self.config.to_json()})
 
     # ---- items ------------------------------------------------------------------------------------------
     async def item_create(self, event: dict) -> None:
