@@ -536,3 +536,30 @@ def test_a_response_cut_at_max_output_tokens_is_incomplete():
         "incomplete", "max_output_tokens", "Two red")
     assert (done.usage.input_tokens, done.usage.output_tokens, done.usage.input_token_details.cached_tokens) == (
         129, 2, 120)
+
+
+def test_with_questions_wake_word_only_an_addressed_utterance_is_answered(bundled, http, images, tmp_path):
+    """session.streamvid.questions "wake_word": an utterance without the wake word is only heard (committed and
+    transcribed, no response); the next, addressed with it, gets the one response, for its item."""
+    url, _ = bundled
+    plain, asked = _speech(tmp_path, "the shapes are moving"), _speech(tmp_path, "assistant, how many shapes are there")
+
+    async def main():
+        async with client(url).realtime.connect(model=MODEL) as conn:
+            events = Events(conn)
+            sid = (await events.next()).session.model_extra["streamvid"]["stream_id"]
+            await conn.session.update(session={"type": "realtime", "output_modalities": ["text"],
+                                               "streamvid": {"questions": "wake_word"}})
+            assert (await events.until("session.updated"))[-1].session.model_extra["streamvid"]["questions"] == \
+                "wake_word"
+            await push_items(conn, events, http, sid, images[:4])
+            for pcm in (plain, asked):
+                for i in range(0, len(pcm), 9600):
+                    await conn.input_audio_buffer.append(audio=base64.b64encode(pcm[i:i + 9600]).decode())
+            return await events.until("response.done")
+
+    got = asyncio.run(main())
+    heard = [e for e in got if e.type == "conversation.item.input_audio_transcription.completed"]
+    created = [i for i, e in enumerate(got) if e.type == "response.created"]
+    assert len(heard) == 2 and "moving" in words(heard[0].transcript) and "shapes" in words(heard[1].transcript)
+    assert len(created) == 1 and got.index(heard[1]) < created[0]
