@@ -290,7 +290,8 @@ class Reasoning:
             ttft_ms=round(1000 * ttft, 1), tokens=len(pieces),
             tokens_per_s=round((len(pieces) - 1) / decode_s, 1) if len(pieces) > 1 and decode_s > 0 else None,
             evidence_t_s=[[round(x, 2), round(y, 2)] for x, y in spans], retrieved_blocks=[b.id for b in retrieved],
-            dialogue_turns_dropped=a.turns_dropped or None)
+            dialogue_turns_dropped=a.turns_dropped or None,
+            prompt_tokens=int(self.adapter.token_ids(a.prompt).shape[-1]), context_tokens=a.context.n_tokens)
         self.answered += 1
         if emit is not None:
             emit(answer)

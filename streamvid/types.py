@@ -116,7 +116,7 @@ class Answer(Output):
     """A finished answer, or the acknowledgement of a "tell me when" question (with `trigger_id`)."""
 
     kind: ClassVar[str] = "answer"
-    _optional: ClassVar[tuple[str, ...]] = ("trigger_id", "dialogue_turns_dropped")
+    _optional: ClassVar[tuple[str, ...]] = ("trigger_id", "dialogue_turns_dropped", "prompt_tokens", "context_tokens")
     id: str
     text: str
     question: str
@@ -129,6 +129,8 @@ class Answer(Output):
     retrieved_blocks: list  # ids of the long-term memory blocks in its context
     trigger_id: str | None = None
     dialogue_turns_dropped: int | None = None  # oldest earlier turns left out (max_dialogue_tokens), when any
+    prompt_tokens: int | None = None  # tokens of the prompt fed after the context (the dialogue and the question)
+    context_tokens: int | None = None  # tokens of the cached context it read (sinks, memory, window)
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from streamvid.serve.front_door import Door
 from streamvid.hub.hub import Hub
 from streamvid.serve.alert_routes import links
 from streamvid.serve.options import ServeOptions, model_id
+from streamvid.serve.realtime_ga import mount as mount_realtime
 from streamvid.serve.routes import create_app
 from streamvid.serve.service import HubService
 from streamvid.serve.webhooks import WebhookSender
@@ -50,6 +51,7 @@ def build_app(engine, options: ServeOptions | None = None, ui: bool = False) -> 
 
     app = create_app(lambda: service, lifespan=lifespan, door=Door.of(options))
     app.state.hub = hub
+    mount_realtime(app, lambda: service, options.api_key)  # GET /v1/realtime, POST /v1/realtime/client_secrets
     if ui:
         closers.append(mount_ui(app, hub, options))
     return app
