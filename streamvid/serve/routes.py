@@ -9,7 +9,9 @@ Serve application (ray_app.py); only the backend behind `get_backend()` differs.
     DELETE /v1/streams/{id}                   stops it: the final stats
     POST   /v1/streams/{id}/frames[?t_s=]     PNG or JPEG body -> {"frames_in", "frames_dropped", "t_s"}
     POST   /v1/streams/{id}/audio[?rate=&t_s=]  WAV, or raw PCM16 (audio/pcm) at ?rate= -> {"t_s", "t_end_s",
-                                              "utterances"}; what is heard comes as "transcript" events
+                                              "utterances"}; what is heard comes as "transcript" events; a body
+                                              of at most 10 minutes and the image cap (32 MB), 429 past the
+                                              stream's sound budget (hub/sound_budget.py)
     POST   /v1/streams/{id}/watches           {"condition"} -> {"id"}; GET lists them; DELETE .../watches/{wid}
     GET    /v1/streams/{id}/events            server-sent events: one per output (event: <type>, data: <JSON>)
     GET    /v1/streams/{id}/alerts[/{alert_id}[/snapshot.jpg|/clip.mp4]], /v1/streams/{id}/frames/at/{t_s}.jpg:
@@ -131,7 +133,7 @@ def create_app(get_backend: GetBackend, lifespan: Callable[[FastAPI], AbstractAs
         backend = get_backend()
         content_type = request.headers.get("content-type")
         sound_media_type(content_type)  # 415 before the body is read
-        data = await _body(request, backend.options, "audio", backend.options.max_body_mb)
+        data = await _body(request, backend.options, "audio", backend.options.max_body_mb)  # not --max-json-mb
         return await backend.push_audio(sid, data, content_type, rate, t_s)
 
     @app.post("/v1/streams/{sid}/watches", dependencies=auth)
