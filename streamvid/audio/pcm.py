@@ -2,13 +2,13 @@
 
     for chunk in file_audio("talk.mp4", origin_s=0.0):     # PyAV demuxes and resamples the audio track
         listener.feed(chunk)
-    samples = wav_samples(body)                            # a pushed WAV (8-48 kHz, 1-8 channels) -> RATE mono
+    samples = wav_samples(body)                            # a pushed WAV (8-192 kHz, 1-8 channels) -> RATE mono
     seconds = wav_duration_s(body)                         # its length from the header alone (nothing decoded)
     samples = pcm16_samples(raw, rate=24000)               # raw little-endian PCM16 mono -> RATE mono
-    samples = resample(samples, 22050, to_rate=24000)      # mono float32 samples to another rate (8-48 kHz)
+    samples = resample(samples, 22050, to_rate=24000)      # mono float32 samples to another rate (8-192 kHz)
 
 Decoding and resampling are PyAV's (libswresample); nothing here hand-writes a filter. What comes from a client
-is checked before PyAV sees it (wav_header.py): a rate the resampler takes cheaply (8-48 kHz), 1-8 channels,
+is checked before PyAV sees it (wav_header.py): a rate the resampler takes cheaply (8-192 kHz), 1-8 channels,
 integer PCM or float samples, and at most MAX_PUSH_S seconds by the header, so the work per body is bounded by
 its length. Float samples that are NaN or infinite are refused; every result is clipped to [-1, 1].
 """
@@ -135,7 +135,7 @@ def _clip(chunk: AudioChunk) -> AudioChunk:
 
 def wav_samples(body: bytes, max_s: float = MAX_PUSH_S) -> np.ndarray:
     """A WAV as mono float32 at RATE, clipped to [-1, 1] after the downmix. Its header is checked first
-    (wav_header.py: 8-48 kHz, 1-8 channels, integer PCM or float, at most `max_s` seconds by its data size), so what
+    (wav_header.py: 8-192 kHz, 1-8 channels, integer PCM or float, at most `max_s` seconds by its data size), so what
     is refused is refused before a resampler is built or a sample decoded; then PyAV decodes it. ValueError (one
     line) for anything that is not such a WAV, or float samples that are NaN or infinite."""
     head = wav_header(body)
@@ -172,7 +172,7 @@ def wav_duration_s(body: bytes, max_s: float = MAX_PUSH_S) -> float:
 
 def pcm16_samples(raw: bytes, rate: int, max_s: float = MAX_PUSH_S) -> np.ndarray:
     """Raw little-endian PCM16 mono at `rate` Hz as float32 at RATE (resampled by PyAV). ValueError (one line) for
-    an odd byte count, a rate outside 8-48 kHz or more than `max_s` seconds, checked before any work."""
+    an odd byte count, a rate outside 8-192 kHz or more than `max_s` seconds, checked before any work."""
     pcm16_duration_s(raw, rate, max_s)
     return resample(np.frombuffer(raw, dtype="<i2").astype(np.float32) / 32768.0, rate)
 
@@ -208,7 +208,7 @@ def _finite(frame: av.AudioFrame) -> av.AudioFrame:
 
 def resample(samples: np.ndarray, rate: int, to_rate: int = RATE) -> np.ndarray:
     """Mono float32 samples from `rate` to `to_rate` Hz, in one piece (PyAV's resampler, flushed at the end).
-    ValueError for a rate outside 8-48 kHz (a resampler's filter grows with the ratio of the two)."""
+    ValueError for a rate outside 8-192 kHz (a resampler's filter grows with the ratio of the two)."""
     rate, to_rate = check_rate(rate), check_rate(to_rate)
     samples = np.ascontiguousarray(samples, dtype=np.float32)
     if rate == to_rate or not len(samples):

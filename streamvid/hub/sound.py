@@ -7,7 +7,7 @@ a WAV body, or raw PCM16 mono at a given rate, heard by the stream's own listene
 
 Sound goes to push streams only (a file, camera or URL stream hears its own). Its time is the client's `t_s` (0 to
 ten years), or where the last push ended (the stream's newest frame for the first). What a body claims is checked
-before it is decoded (pcm.py: 8-48 kHz, 1-8 channels, at most 10 minutes), and each stream has a sound budget
+before it is decoded (pcm.py: 8-192 kHz, 1-8 channels, at most 10 minutes), and each stream has a sound budget
 (sound_budget.py: twice real time and a 10-s burst; past it a push is Busy). Refusals are the hub's errors, one line
 each.
 The voice detector's edges in pushed sound are the stream's {"type": "voice_activity"} outputs.
@@ -65,7 +65,7 @@ def spoken_question(config, data: bytes, fmt: object) -> str:
 def push_sound(s: HubStream, body: bytes, content_type: str | None, config, rate: int | None = None,
                t_s: float | None = None) -> dict:
     """`body` heard by stream `s` from `t_s`. Checked before anything is decoded: the media type, the stream, `t_s`
-    (finite, 0 to ten years, as frames' times), the WAV header or PCM16 rate (8-48 kHz) and length, and the stream's
+    (finite, 0 to ten years, as frames' times), the WAV header or PCM16 rate (8-192 kHz) and length, and the stream's
     sound budget (sound_budget.py: Busy past twice real time and a 10-s burst)."""
     kind = media_type(content_type)
     _check_pushable(s, config)
