@@ -20,8 +20,9 @@ Serve application (ray_app.py); only the backend behind `get_backend()` differs.
 Errors are `{"error": {"message", "type", "code"}}` with a one-line message: 400 (bad value or JSON), 401 (API
 key), 403 (a session_dir outside the allowed folders), 404 (unknown stream, watch, model or saved session), 409
 (frames or sound to a stream that is not "push", a session_dir in use or already holding a session), 413 (body too
-large), 415 (not PNG/JPEG, not WAV/PCM16), 422 (a body of the wrong shape), 429 (engine full, questions queue full),
-503 (the stream's replica died, or the stream failed), 504 (no answer in time). JSON never holds NaN or Infinity.
+large), 415 (not PNG/JPEG, not WAV/PCM16), 422 (a body of the wrong shape), 429 (engine full, questions queue full,
+sound past a stream's budget), 503 (the stream's replica died, or the stream failed), 504 (no answer in time). JSON
+never holds NaN or Infinity.
 """
 
 from __future__ import annotations
