@@ -15,13 +15,13 @@ import av
 import httpx
 import numpy as np
 import pytest
+from serve_helpers import config, engine, running, strict_json  # noqa: F401 - fixtures
 
 from streamvid.audio.pcm import RATE, pcm16_samples, resample, wav_duration_s, wav_samples
 from streamvid.hub import sound_budget
 from streamvid.hub.errors import Busy
 from streamvid.hub.sound_budget import SoundBudget
 from streamvid.serve import ServeOptions, build_app
-from serve_helpers import config, engine, running, strict_json  # noqa: F401 - fixtures
 
 websockets_sync = pytest.importorskip("websockets.sync.client")
 
@@ -328,3 +328,17 @@ def test_session_update_takes_both_openai_shapes(server, sid):
         updated = strict_json(ws.recv(timeout=60))["session"]
         assert updated["turn_detection"] == {"type": "server_vad", "silence_duration_ms": 700}
         assert updated["voice"] == "alloy"
+
+
+def test_push_to_talk_appends_are_held_to_a_budget_too(server, sid, clock):
+    with websockets_sync.connect(server.replace("http://", "ws://") + f"/v1/streams/{sid}/realtime") as ws:
+        ws.send(json.dumps({"type": "session.update", "session": {"turn_detection": None}}))
+        assert strict_json(ws.recv(timeout=60))["session"]["turn_detection"] is None
+        second = base64.b64encode(b"\x00\x00" * 24000).decode()
+        for _ in range(11):
+            ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": second}))
+        ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": second}))
+        error = strict_json(ws.recv(timeout=60))  # appends are not acknowledged: the first reply is the refusal
+        assert error["type"] == "error" and error["status"] == 429 and "2x real time" in error["message"]
+        ws.send(json.dumps({"type": "input_audio_buffer.clear"}))
+        assert strict_json(ws.recv(timeout=60))["type"] == "input_audio_buffer.cleared"

@@ -140,7 +140,7 @@ def wav_samples(body: bytes, max_s: float = MAX_PUSH_S) -> np.ndarray:
     line) for anything that is not such a WAV, or float samples that are NaN or infinite."""
     head = wav_header(body)
     _check_length(head.duration_s, max_s)
-    limit = int(round(head.data_bytes / head.frame_bytes * RATE / head.rate)) + RATE  # samples it may give
+    limit = round(head.data_bytes / head.frame_bytes * RATE / head.rate) + RATE  # samples it may give
     try:
         with av.open(io.BytesIO(body), format="wav") as container:
             if not container.streams.audio:

@@ -5,14 +5,16 @@
     check_rate(24000, "PCM16")        # a sample rate the resampler takes cheaply: 8-192 kHz
 
 Only what resamples cheaply is taken: 8 to 192 kHz (PyAV's resampler costs about the same per input byte across
-this range, ~10-25 ms a MB on one core, so a body's work is bounded by its size and its 10 minutes), 1 to 8 channels, integer PCM of 8, 16, 24 or 32 bits or IEEE
-float of 32 or 64 bits (WAVE_FORMAT_EXTENSIBLE with either subformat included). Anything else is a one-line
-ValueError that names the value and the range, so a 144-byte body claiming 2^30 Hz, or one whose data chunk claims
-hours, is refused without building a resampler or allocating its samples.
+this range, ~10-25 ms a MB on one core, so a body's work is bounded by its size and its 10 minutes), 1 to 8
+channels, integer PCM of 8, 16, 24 or 32 bits or IEEE float of 32 or 64 bits (WAVE_FORMAT_EXTENSIBLE with either
+subformat included). Anything else is a one-line ValueError that names the value and the range, so a 144-byte
+body claiming 2^30 Hz, or one whose data chunk claims hours, is refused without building a resampler or allocating
+its samples.
 """
 
 from __future__ import annotations
 
+import math
 import struct
 from dataclasses import dataclass
 
@@ -41,8 +43,8 @@ class WavHeader:
 
 
 def check_rate(rate: object, what: str = "audio") -> int:
-    """`rate` as an int when it is a whole number of Hz from 8000 to 48000; ValueError naming it otherwise."""
-    if isinstance(rate, bool) or not isinstance(rate, int | float) or rate != rate or int(rate) != rate:
+    """`rate` as an int when it is a whole number of Hz from 8000 to 192000; ValueError naming it otherwise."""
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not math.isfinite(rate) or int(rate) != rate:
         raise ValueError(f"the {what} sample rate must be a whole number of Hz, got {str(rate)[:20]!r}")
     if not MIN_RATE <= rate <= MAX_RATE:
         raise ValueError(f"the {what} sample rate must be {MIN_RATE}-{MAX_RATE} Hz, got {int(rate)} Hz")

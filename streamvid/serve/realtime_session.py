@@ -11,8 +11,9 @@ and `voice` (one of OpenAI's voice names, or "server": the server's --tts voice 
 Taken and ignored (the engine has no use for them): type, model, instructions, tools, tool_choice, temperature,
 max_response_output_tokens, max_output_tokens, input_audio_transcription, input_audio_noise_reduction, include,
 tracing, truncation, prompt, speed (and audio.input.transcription / noise_reduction, audio.output.speed, and
-turn_detection's threshold, prefix_padding_ms, create_response, interrupt_response, idle_timeout_ms). Anything else, another format (`audio/pcmu`,
-`g711_ulaw`, ...) or an unknown voice is refused in one line naming the field, and nothing changes.
+turn_detection's threshold, prefix_padding_ms, create_response, interrupt_response, idle_timeout_ms). Anything
+else, another format (`audio/pcmu`, `g711_ulaw`, ...) or an unknown voice is refused in one line naming the field,
+and nothing changes.
 """
 
 from __future__ import annotations
