@@ -159,6 +159,11 @@ def test_the_budget_takes_a_burst_then_twice_real_time():
     clock.t += 0.1
     budget.take(0.1)
     assert budget.available_s() == pytest.approx(-0.1)
+    budget.give_back(0.1)  # a push refused after the budget took it (a body that did not decode)
+    assert budget.available_s() == pytest.approx(0.0)
+    clock.t += 60
+    budget.give_back(5.0)
+    assert budget.available_s() == 10.0  # never beyond the burst
 
 
 def test_a_real_time_sender_is_never_refused_and_a_fast_one_gets_twice_real_time():
@@ -277,6 +282,8 @@ def test_one_budget_for_the_streams_socket_and_its_http_route(server, http, sid,
                       headers={"content-type": "audio/pcm"})
         assert "2x real time" in _error(r, 429)
         clock.t += 0.5 + 1e-6  # 1 s of debt paid back at 2x real time
+        back = exchange(ws, {**append, "t_s": 0.0})  # refused for its time: what the budget took is given back
+        assert back["status"] == 400 and "back in time" in back["message"]
         assert exchange(ws, append) is None
         assert exchange(ws, append)["status"] == 429
     assert http.get(f"/v1/streams/{sid}").status_code == 200

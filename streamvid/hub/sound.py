@@ -69,20 +69,23 @@ def push_sound(s: HubStream, body: bytes, content_type: str | None, config, rate
     sound budget (sound_budget.py: Busy past twice real time and a 10-s burst)."""
     kind = media_type(content_type)
     _check_pushable(s, config)
+    budget, seconds = budget_of(s), 0.0
     try:
         t_s = optional_number(t_s, "t_s", 0.0, MAX_STREAM_S)
         if kind == "pcm":
             if rate is None:
                 raise ValueError("raw PCM16 needs its sample rate: ?rate=24000")
-            budget_of(s).take(pcm16_duration_s(body, rate))
+            budget.take(seconds := pcm16_duration_s(body, rate))
             samples = pcm16_samples(body, rate)
         else:
-            budget_of(s).take(wav_duration_s(body))
+            budget.take(seconds := wav_duration_s(body))
             samples = wav_samples(body)
         start = _hearing(s, config).push(samples, t_s)
     except BusyError as e:
+        budget.give_back(seconds)  # (the recogniser is behind: the push was not heard)
         raise Busy(str(e)) from None
     except ValueError as e:
+        budget.give_back(seconds)
         raise Refused(str(e)) from None
     return {"t_s": round(start, 3), "t_end_s": round(start + len(samples) / RATE, 3),
             "utterances": s.sa.stream.utterances}

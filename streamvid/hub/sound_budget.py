@@ -8,7 +8,8 @@ The bucket holds up to BURST_S seconds and refills at SPEED times real time. A p
 not in debt, and its whole length is taken out of it (it may go below zero): a microphone sending in real time is
 never refused, a single body of up to MAX_PUSH_S (10 minutes) is taken at once, and the pushes after it wait until
 it has been paid back, so over any stretch a stream gets at most SPEED times real time plus the burst. A refused
-push changes nothing; the stream and the socket go on. `clock` is injectable (tests drive it by hand); the module's
+push changes nothing (and one refused after the budget took it, for a bad body or time, is given back); the
+stream and the socket go on. `clock` is injectable (tests drive it by hand); the module's
 `clock` is what a budget reads by default, looked up at each call.
 """
 
@@ -46,6 +47,11 @@ class SoundBudget:
                 raise Busy(f"sound is coming faster than {self.speed:g}x real time (a {self.burst_s:g}-s burst "
                            f"beyond it): this stream takes more in {wait:g} s")
             self._tokens = tokens - seconds
+
+    def give_back(self, seconds: float) -> None:
+        """Return what a push took that was refused after it (a body that did not decode, a time that went back)."""
+        with self._lock:
+            self._tokens = min(self.burst_s, self._refill() + seconds)
 
     def available_s(self) -> float:
         """Seconds of audio the bucket holds now (negative: the debt still to be paid back)."""
