@@ -2,11 +2,15 @@
 
     for chunk in file_audio("talk.mp4", origin_s=0.0):     # PyAV demuxes and resamples the audio track
         listener.feed(chunk)
-    samples = wav_samples(body)                            # a pushed WAV (any rate, any channels) -> RATE mono
+    samples = wav_samples(body)                            # a pushed WAV (8-192 kHz, 1-8 channels) -> RATE mono
+    seconds = wav_duration_s(body)                         # its length from the header alone (nothing decoded)
     samples = pcm16_samples(raw, rate=24000)               # raw little-endian PCM16 mono -> RATE mono
-    samples = resample(samples, 22050, to_rate=24000)      # any mono float32 samples to another rate
+    samples = resample(samples, 22050, to_rate=24000)      # mono float32 samples to another rate (8-192 kHz)
 
-Decoding and resampling are PyAV's (libswresample); nothing here hand-writes a filter.
+Decoding and resampling are PyAV's (libswresample); nothing here hand-writes a filter. What comes from a client
+is checked before PyAV sees it (wav_header.py): a rate the resampler takes cheaply (8-192 kHz), 1-8 channels,
+integer PCM or float samples, and at most MAX_PUSH_S seconds by the header, so the work per body is bounded by
+its length. Float samples that are NaN or infinite are refused; every result is clipped to [-1, 1].
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ from dataclasses import dataclass
 
 import av
 import numpy as np
+
+from streamvid.audio.wav_header import check_rate, wav_header
 
 log = logging.getLogger("streamvid.audio")
 
@@ -127,39 +133,83 @@ def _clip(chunk: AudioChunk) -> AudioChunk:
     return AudioChunk(0.0, chunk.samples[skip:])
 
 
-def wav_samples(body: bytes) -> np.ndarray:
-    """A WAV (any rate, channels and sample format ffmpeg reads) as mono float32 at RATE. ValueError (one line)
-    for anything that is not a readable WAV, or one longer than MAX_PUSH_S."""
+def wav_samples(body: bytes, max_s: float = MAX_PUSH_S) -> np.ndarray:
+    """A WAV as mono float32 at RATE, clipped to [-1, 1] after the downmix. Its header is checked first
+    (wav_header.py: 8-192 kHz, 1-8 channels, integer PCM or float, at most `max_s` seconds by its data size), so what
+    is refused is refused before a resampler is built or a sample decoded; then PyAV decodes it. ValueError (one
+    line) for anything that is not such a WAV, or float samples that are NaN or infinite."""
+    head = wav_header(body)
+    _check_length(head.duration_s, max_s)
+    limit = round(head.data_bytes / head.frame_bytes * RATE / head.rate) + RATE  # samples it may give
     try:
         with av.open(io.BytesIO(body), format="wav") as container:
             if not container.streams.audio:
                 raise ValueError("not a WAV file: no audio stream")
+            stream = container.streams.audio[0]
+            if (stream.codec_context.sample_rate, stream.codec_context.channels) != (head.rate, head.channels):
+                raise ValueError("not a WAV file: its header reads two ways")
             resampler = _resampler()
-            frames = container.decode(container.streams.audio[0])
-            parts = [p for frame in frames for p in _as_float(resampler.resample(frame))]
+            parts, n = [], 0
+            for frame in container.decode(stream):
+                for part in _as_float(resampler.resample(_finite(frame))):
+                    parts.append(part)
+                    n += len(part)
+                if n > limit:
+                    raise ValueError(f"the WAV holds more samples than its header says ({head.duration_s:.1f} s)")
             parts += _as_float(resampler.resample(None))
     except (av.error.FFmpegError, OSError) as e:
         raise ValueError(f"not a WAV file: {str(e).splitlines()[0]}") from e
     samples = np.concatenate(parts) if parts else np.zeros(0, np.float32)
-    if len(samples) > MAX_PUSH_S * RATE:
-        raise ValueError(f"audio of {len(samples) / RATE:.0f} s is longer than {MAX_PUSH_S:.0f} s")
-    return samples
+    return np.clip(samples, -1.0, 1.0, out=samples)
 
 
-def pcm16_samples(raw: bytes, rate: int) -> np.ndarray:
+def wav_duration_s(body: bytes, max_s: float = MAX_PUSH_S) -> float:
+    """The seconds a WAV holds, from its checked header alone (ValueError as wav_samples, nothing decoded)."""
+    head = wav_header(body)
+    _check_length(head.duration_s, max_s)
+    return head.duration_s
+
+
+def pcm16_samples(raw: bytes, rate: int, max_s: float = MAX_PUSH_S) -> np.ndarray:
     """Raw little-endian PCM16 mono at `rate` Hz as float32 at RATE (resampled by PyAV). ValueError (one line) for
-    an odd byte count, a rate outside 8-192 kHz or more than MAX_PUSH_S."""
-    if not isinstance(rate, int) or not 8000 <= rate <= 192000:
-        raise ValueError(f"rate must be an integer from 8000 to 192000 Hz, got {rate!r}")
-    if len(raw) % 2:
-        raise ValueError("PCM16 audio must have an even number of bytes")
-    if len(raw) / 2 > MAX_PUSH_S * rate:
-        raise ValueError(f"audio of {len(raw) / 2 / rate:.0f} s is longer than {MAX_PUSH_S:.0f} s")
+    an odd byte count, a rate outside 8-192 kHz or more than `max_s` seconds, checked before any work."""
+    pcm16_duration_s(raw, rate, max_s)
     return resample(np.frombuffer(raw, dtype="<i2").astype(np.float32) / 32768.0, rate)
 
 
+def pcm16_duration_s(raw: bytes, rate: int, max_s: float = MAX_PUSH_S) -> float:
+    """The seconds raw PCM16 mono at `rate` holds; ValueError as pcm16_samples (nothing decoded)."""
+    rate = check_rate(rate, "PCM16")
+    if len(raw) % 2:
+        raise ValueError("PCM16 audio must have an even number of bytes")
+    _check_length(len(raw) / 2 / rate, max_s)
+    return len(raw) / 2 / rate
+
+
+def _check_length(seconds: float, max_s: float) -> None:
+    if seconds > max_s:
+        raise ValueError(f"audio of {seconds:.1f} s is longer than the {max_s:g} s limit")
+
+
+def _finite(frame: av.AudioFrame) -> av.AudioFrame:
+    """A decoded float frame whose samples are finite, clipped to [-1, 1] (a frame of integers as it is); ValueError
+    for NaN or infinity (a recogniser hears them as noise long after)."""
+    if frame.format.name not in ("flt", "fltp", "dbl", "dblp"):
+        return frame
+    x = frame.to_ndarray()
+    if not np.isfinite(x).all():
+        raise ValueError("the WAV holds samples that are NaN or infinite")
+    if not (np.abs(x) > 1.0).any():
+        return frame
+    clipped = av.AudioFrame.from_ndarray(np.clip(x, -1.0, 1.0), format=frame.format.name, layout=frame.layout.name)
+    clipped.sample_rate = frame.sample_rate
+    return clipped
+
+
 def resample(samples: np.ndarray, rate: int, to_rate: int = RATE) -> np.ndarray:
-    """Mono float32 samples from `rate` to `to_rate` Hz, in one piece (PyAV's resampler, flushed at the end)."""
+    """Mono float32 samples from `rate` to `to_rate` Hz, in one piece (PyAV's resampler, flushed at the end).
+    ValueError for a rate outside 8-192 kHz (a resampler's filter grows with the ratio of the two)."""
+    rate, to_rate = check_rate(rate), check_rate(to_rate)
     samples = np.ascontiguousarray(samples, dtype=np.float32)
     if rate == to_rate or not len(samples):
         return samples

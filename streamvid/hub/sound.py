@@ -5,19 +5,27 @@ a WAV body, or raw PCM16 mono at a given rate, heard by the stream's own listene
     heard = push_sound(s, raw, "audio/pcm", config, rate=24000, t_s=12.0)
     set_silence(s, config, 0.8)             # a pause of 0.8 s ends an utterance (a socket's turn detection)
 
-Sound goes to push streams only (a file, camera or URL stream hears its own). Its time is the client's `t_s`, or
-where the last push ended (the stream's newest frame for the first). Refusals are the hub's errors, one line each.
+Sound goes to push streams only (a file, camera or URL stream hears its own). Its time is the client's `t_s` (0 to
+ten years), or where the last push ended (the stream's newest frame for the first). What a body claims is checked
+before it is decoded (pcm.py: 8-192 kHz, 1-8 channels, at most 10 minutes), and each stream has a sound budget
+(sound_budget.py: twice real time and a 10-s burst; past it a push is Busy). Refusals are the hub's errors, one line
+each.
 The voice detector's edges in pushed sound are the stream's {"type": "voice_activity"} outputs.
 """
 
 from __future__ import annotations
 
+import threading
+import weakref
+
 from streamvid import wake_word
 from streamvid.audio.asr import load_recognizer
-from streamvid.audio.pcm import RATE, pcm16_samples, wav_samples
+from streamvid.audio.pcm import RATE, pcm16_duration_s, pcm16_samples, wav_duration_s, wav_samples
 from streamvid.hearing import Hearing, asr_device
 from streamvid.hub.errors import Busy, Conflict, Refused, UnsupportedMedia
+from streamvid.hub.sound_budget import SoundBudget
 from streamvid.hub.stream import HubStream
+from streamvid.hub.validation import MAX_STREAM_S, optional_number
 from streamvid.stream import BusyError
 
 WAV = ("audio/wav", "audio/x-wav", "audio/wave", "audio/vnd.wave")
@@ -56,22 +64,48 @@ def spoken_question(config, data: bytes, fmt: object) -> str:
 
 def push_sound(s: HubStream, body: bytes, content_type: str | None, config, rate: int | None = None,
                t_s: float | None = None) -> dict:
+    """`body` heard by stream `s` from `t_s`. Checked before anything is decoded: the media type, the stream, `t_s`
+    (finite, 0 to ten years, as frames' times), the WAV header or PCM16 rate (8-192 kHz) and length, and the stream's
+    sound budget (sound_budget.py: Busy past twice real time and a 10-s burst)."""
     kind = media_type(content_type)
     _check_pushable(s, config)
+    budget, seconds = budget_of(s), 0.0
     try:
+        t_s = optional_number(t_s, "t_s", 0.0, MAX_STREAM_S)
         if kind == "pcm":
             if rate is None:
                 raise ValueError("raw PCM16 needs its sample rate: ?rate=24000")
+            budget.take(seconds := pcm16_duration_s(body, rate))
             samples = pcm16_samples(body, rate)
         else:
+            budget.take(seconds := wav_duration_s(body))
             samples = wav_samples(body)
         start = _hearing(s, config).push(samples, t_s)
     except BusyError as e:
+        budget.give_back(seconds)  # (the recogniser is behind: the push was not heard)
         raise Busy(str(e)) from None
     except ValueError as e:
+        budget.give_back(seconds)
         raise Refused(str(e)) from None
     return {"t_s": round(start, 3), "t_end_s": round(start + len(samples) / RATE, 3),
             "utterances": s.sa.stream.utterances}
+
+
+_budgets: dict[str, tuple[weakref.ref, SoundBudget]] = {}
+_budgets_lock = threading.Lock()
+
+
+def budget_of(s: HubStream) -> SoundBudget:
+    """The sound budget of stream `s` (one per stream, for as long as it lives)."""
+    with _budgets_lock:
+        held = _budgets.get(s.id)
+        if held is None or held[0]() is not s:
+            if len(_budgets) >= 256:  # the budgets of streams gone or closed are dropped
+                for sid, (ref, _) in list(_budgets.items()):
+                    if ref() is None or ref().done.is_set():
+                        del _budgets[sid]
+            held = _budgets[s.id] = (weakref.ref(s), SoundBudget())
+        return held[1]
 
 
 def set_silence(s: HubStream, config, silence_s: float) -> None:

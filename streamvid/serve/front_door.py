@@ -14,7 +14,8 @@ In order, for HTTP requests and WebSocket upgrades alike:
    key, or a right password, is let in from a throttled address too (behind a proxy or on loopback every client
    shares one address, and one client's wrong key must not lock the others out); what keeps a key from being
    guessed is its length (at least 16 characters off loopback: server.check_bind);
-4. bodies: every `/v1` body but the image of a frame is read here, at most `--max-json-mb` (413 past it, from its
+4. bodies: every `/v1` body but the image of a frame and the sound of `/audio` (their routes read them, up to
+   `max_body_mb`) is read here, at most `--max-json-mb` (413 past it, from its
    Content-Length before reading when it says), each read within `request_timeout_s` (408), then handed on.
 Refusals are the API's one-line JSON errors (`{"error": {"message", "type", "code"}}`); a refused upgrade is closed
 before it is accepted (HTTP 403).
@@ -93,7 +94,8 @@ class Door:
     origins: tuple[str, ...] = ()
     max_body_mb: float = 1.0
     request_timeout_s: float = 30.0
-    unlimited_bodies: tuple[str, ...] = ("/frames",)  # /v1 paths ending so stream their own (image) bodies
+    unlimited_bodies: tuple[str, ...] = ("/frames", "/audio")  # /v1 paths ending so read their own (image, sound)
+    # bodies, up to ServeOptions.max_body_mb (32 MB)
     throttle: Throttle = field(default_factory=Throttle, compare=False)
 
     @classmethod

@@ -7,7 +7,9 @@ Client messages (JSON text):
     {"type": "input_audio_buffer.append", "audio": "<base64 PCM16 mono>"}  24 kHz (OpenAI Realtime's name and
         format; "rate" may say otherwise); a push stream's sound, heard as {"type": "transcript"} messages; with
         turn detection off (session.update), the question being spoken: input_audio_buffer.commit asks it, and
-        the answer comes as OpenAI Realtime's response.* events, spoken (voice_turns.py)
+        the answer comes as OpenAI Realtime's response.* events, spoken (voice_turns.py). At most 15 MiB of base64
+        an append (413 otherwise), held to the stream's sound budget (twice real time and a 10-s burst: past it
+        an error event with status 429; hub/sound_budget.py)
 Server messages: every output of the stream as its JSON object with its "type" ("alert", "say", "status", ...);
 answers streamed as {"type": "answer.delta", "id", "text"} pieces, then the full {"type": "answer", ...}. Each
 client message but input_audio_buffer.append is acknowledged: {"type": "ack", "for": "input_image", "frames_in",
@@ -35,6 +37,8 @@ from streamvid.serve.voice_turns import VoiceTurns
 from streamvid.serve.web import GetBackend, check_key, dumps, error_response
 
 REALTIME_RATE = 24000  # OpenAI Realtime's PCM16 input rate
+MAX_APPEND_CHARS = 15 * 2**20  # base64 characters one input_audio_buffer.append may carry (OpenAI's cap)
+OFF_LOOP_CHARS = 2**20  # a message or an append this long is parsed or decoded off the event loop
 
 
 def add_routes(app: FastAPI, get_backend: GetBackend) -> None:
@@ -102,7 +106,7 @@ async def _handle(backend, sid: str, message: dict, turns: VoiceTurns) -> dict |
     if len(text) > 4 * backend.options.max_body_mb * 2**20 / 3 + 1024:
         raise TooLarge(f"the message is above the {backend.options.max_body_mb:g} MB image limit")
     try:
-        msg = json.loads(text)
+        msg = json.loads(text) if len(text) < OFF_LOOP_CHARS else await asyncio.to_thread(json.loads, text)
     except ValueError:
         raise Refused("the message is not valid JSON") from None
     if not isinstance(msg, dict):
@@ -124,8 +128,12 @@ async def _handle(backend, sid: str, message: dict, turns: VoiceTurns) -> dict |
         audio, rate = msg.get("audio"), msg.get("rate", REALTIME_RATE)
         if not isinstance(audio, str):
             raise Refused('input_audio_buffer.append needs "audio": base64 PCM16 mono')
+        if len(audio) > MAX_APPEND_CHARS:
+            raise TooLarge(f"input_audio_buffer.append: \"audio\" is {len(audio) / 2**20:.1f} MiB of base64, above "
+                           f"the {MAX_APPEND_CHARS / 2**20:g} MiB an append may carry")
         try:
-            data = base64.b64decode(audio, validate=True)
+            data = base64.b64decode(audio, validate=True) if len(audio) < OFF_LOOP_CHARS else \
+                await asyncio.to_thread(base64.b64decode, audio, validate=True)
         except (binascii.Error, ValueError):
             raise Refused("input_audio_buffer.append: \"audio\" is not valid base64") from None
         if turns.manual:  # turn detection off: the question being spoken, until it is committed

@@ -9,7 +9,9 @@ Serve application (ray_app.py); only the backend behind `get_backend()` differs.
     DELETE /v1/streams/{id}                   stops it: the final stats
     POST   /v1/streams/{id}/frames[?t_s=]     PNG or JPEG body -> {"frames_in", "frames_dropped", "t_s"}
     POST   /v1/streams/{id}/audio[?rate=&t_s=]  WAV, or raw PCM16 (audio/pcm) at ?rate= -> {"t_s", "t_end_s",
-                                              "utterances"}; what is heard comes as "transcript" events
+                                              "utterances"}; what is heard comes as "transcript" events; a body
+                                              of at most 10 minutes and the image cap (32 MB), 429 past the
+                                              stream's sound budget (hub/sound_budget.py)
     POST   /v1/streams/{id}/watches           {"condition"} -> {"id"}; GET lists them; DELETE .../watches/{wid}
     GET    /v1/streams/{id}/events            server-sent events: one per output (event: <type>, data: <JSON>)
     GET    /v1/streams/{id}/alerts[/{alert_id}[/snapshot.jpg|/clip.mp4]], /v1/streams/{id}/frames/at/{t_s}.jpg:
@@ -18,8 +20,9 @@ Serve application (ray_app.py); only the backend behind `get_backend()` differs.
 Errors are `{"error": {"message", "type", "code"}}` with a one-line message: 400 (bad value or JSON), 401 (API
 key), 403 (a session_dir outside the allowed folders), 404 (unknown stream, watch, model or saved session), 409
 (frames or sound to a stream that is not "push", a session_dir in use or already holding a session), 413 (body too
-large), 415 (not PNG/JPEG, not WAV/PCM16), 422 (a body of the wrong shape), 429 (engine full, questions queue full),
-503 (the stream's replica died, or the stream failed), 504 (no answer in time). JSON never holds NaN or Infinity.
+large), 415 (not PNG/JPEG, not WAV/PCM16), 422 (a body of the wrong shape), 429 (engine full, questions queue full,
+sound past a stream's budget), 503 (the stream's replica died, or the stream failed), 504 (no answer in time). JSON
+never holds NaN or Infinity.
 """
 
 from __future__ import annotations
@@ -131,7 +134,7 @@ def create_app(get_backend: GetBackend, lifespan: Callable[[FastAPI], AbstractAs
         backend = get_backend()
         content_type = request.headers.get("content-type")
         sound_media_type(content_type)  # 415 before the body is read
-        data = await _body(request, backend.options, "audio", backend.options.max_body_mb)
+        data = await _body(request, backend.options, "audio", backend.options.max_body_mb)  # not --max-json-mb
         return await backend.push_audio(sid, data, content_type, rate, t_s)
 
     @app.post("/v1/streams/{sid}/watches", dependencies=auth)

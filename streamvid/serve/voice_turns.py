@@ -20,6 +20,10 @@ A response, either way:
 Alerts are spoken too, each as a response of its own (`response.done` names its `trigger_id` and `alert_id`, its
 `question_id` is null), after the response being spoken. With `"output_modalities": ["text"]` in `session.update`
 nothing is spoken (the default is ["text", "audio"]; with `--tts off`, text only and alerts are not responses).
+`session.update` is checked whole before anything changes (socket_session.py: which fields are applied, which
+are taken and ignored; another audio format than PCM16 at 24 kHz, an unknown voice or an unknown field is an error
+event naming the field). Appends, in either mode, are held to a sound budget (hub/sound_budget.py: twice real time
+and a 10-s burst; past it an error event with status 429, and the socket stays open).
 Other server events: session.updated, input_audio_buffer.committed {"item_id"}, input_audio_buffer.cleared,
 conversation.item.input_audio_transcription.completed {"item_id", "transcript"}.
 """
@@ -34,11 +38,12 @@ import wave
 
 from streamvid.audio.vad import SILENCE_S
 from streamvid.hub.errors import Conflict, Refused
+from streamvid.hub.sound_budget import SoundBudget
+from streamvid.serve.socket_session import read_session
 from streamvid.serve.speech_route import server_voice
 from streamvid.spoken import Speaker
 
 MAX_BUFFER_S = 120.0  # seconds of a spoken question
-SILENCE_MS = (100, 5000)  # the silence_duration_ms a session may set
 
 
 class VoiceTurns:
@@ -51,39 +56,36 @@ class VoiceTurns:
         self._early: list[dict] | None = None  # the stream's outputs while a question is being queued
         self._speech: list[dict] = []  # server VAD: the newest stretches of speech {"item_id", "start", "end"}
         self.audio_out = True  # "audio" in the session's output_modalities: answers and alerts are spoken
+        self.voice = "server"  # the voice the session asked for (the server's --tts voice speaks whichever)
+        self.budget = SoundBudget()  # push to talk: how fast the question being spoken may be appended
         self._alerts: list[dict] = []  # alerts waiting for the response being spoken to end
         self.loop = asyncio.get_running_loop()
 
     async def update(self, session: object) -> dict:
-        if not isinstance(session, dict):
-            raise Refused('session.update needs "session": an object')
-        if "turn_detection" in session:
-            td = session["turn_detection"]
-            if td is not None and not (isinstance(td, dict) and td.get("type") == "server_vad"):
-                raise Refused('turn_detection must be null (commit by hand) or {"type": "server_vad"}')
-            if td is not None and "silence_duration_ms" in td:
-                ms = td["silence_duration_ms"]
-                if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not SILENCE_MS[0] <= ms <= SILENCE_MS[1]:
-                    raise Refused(f"silence_duration_ms must be a number from {SILENCE_MS[0]} to {SILENCE_MS[1]}, "
-                                  f"got {str(ms)[:20]}")
-                await self.backend.set_silence(self.sid, ms / 1000)
-                self.silence_ms = ms
+        """A session.update: checked whole (socket_session.py: an unknown field, another audio format or an
+        unknown voice is refused naming the field, and nothing changes), then applied."""
+        settings = read_session(session)
+        if "turn_detection" in settings:
+            td = settings["turn_detection"]
+            if td is not None and "silence_ms" in td:
+                await self.backend.set_silence(self.sid, td["silence_ms"] / 1000)
+                self.silence_ms = td["silence_ms"]
             self.manual = td is None
-        modalities = session.get("output_modalities", session.get("modalities"))
-        if modalities is not None:
-            if not (isinstance(modalities, list) and set(modalities) <= {"text", "audio"}):
-                raise Refused('output_modalities must be a list of "text" and "audio"')
-            self.audio_out = "audio" in modalities
-        fmt = session.get("input_audio_format", "pcm16")
-        if fmt != "pcm16":
-            raise Refused(f'input_audio_format must be "pcm16", got {str(fmt)[:20]!r}')
+        self.audio_out = settings.get("audio_out", self.audio_out)
+        self.voice = settings.get("voice", self.voice)
         return {"type": "session.updated", "session": {
             "turn_detection": None if self.manual else {"type": "server_vad", "silence_duration_ms": self.silence_ms},
-            "input_audio_format": "pcm16", "output_modalities": ["text", "audio"] if self.audio_out else ["text"]}}
+            "input_audio_format": "pcm16", "output_audio_format": "pcm16", "voice": self.voice,
+            "output_modalities": ["text", "audio"] if self.audio_out else ["text"]}}
 
     def append(self, data: bytes) -> None:
+        """Push to talk: `data` (PCM16 at 24 kHz) added to the question being spoken, within the socket's sound
+        budget (sound_budget.py: Busy past twice real time and a 10-s burst) and MAX_BUFFER_S."""
+        if len(data) % 2:
+            raise Refused("PCM16 audio must have an even number of bytes")
         if len(self.buffer) + len(data) > MAX_BUFFER_S * self.rate * 2:
             raise Refused(f"the input audio buffer holds more than {MAX_BUFFER_S:g} s: commit or clear it")
+        self.budget.take(len(data) / 2 / self.rate)
         self.buffer += data
 
     def clear(self) -> dict:
