@@ -173,6 +173,9 @@ class VoiceTurns:
             await self.send({"type": "response.output_text.delta", "response_id": r["id"],
                              "delta": item.get("text", "")})
         elif item.get("type") == "answer":
+            if not r["text"] and item.get("text"):  # an answer that came whole (nothing seen yet): no pieces
+                r["speaker"].feed(item["text"])
+                await self.send({"type": "response.output_text.delta", "response_id": r["id"], "delta": item["text"]})
             r["text"] = item.get("text", r["text"])
             r["speaker"].finish()
             asyncio.create_task(self._finish(r))  # the pump goes on while the rest is spoken
