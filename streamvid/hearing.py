@@ -47,11 +47,12 @@ class Hearing:
 
     def push(self, samples: np.ndarray, t_s: float | None = None, timeout_s: float = 5.0) -> float:
         """Pushed sound (mono float32 at pcm.RATE, e.g. pcm.wav_samples / pcm16_samples of a request body) starting
-        at input time `t_s` (None: where the last push ended, or at the stream's newest frame for the first one).
+        at input time `t_s` (None: where the last push ended, or where the video is for the first one:
+        `video_t_s`, whatever times the frames carried).
         Returns its start. ValueError (one line) when it starts before the last push ended or the time is not a
         finite number >= 0; BusyError when the listener is more than QUEUE_S behind for `timeout_s`."""
         if t_s is None:
-            t_s = self._pushed_end if self._pushed_end is not None else max(0.0, self.stream.ingest.latest_t_s)
+            t_s = self._pushed_end if self._pushed_end is not None else self.video_t_s()
         if not isinstance(t_s, (int, float)) or not math.isfinite(t_s) or t_s < 0:
             raise ValueError(f"t_s must be a number of seconds >= 0, got {t_s!r}")
         if self._pushed_end is not None and t_s < self._pushed_end - 1e-3:
@@ -63,6 +64,13 @@ class Hearing:
                 raise BusyError("busy: the speech recogniser is behind; send the sound again shortly")
         self._pushed_end = t_s + len(samples) / RATE
         return t_s
+
+    def video_t_s(self) -> float:
+        """Where the stream's video is, in input time (sound's time, as `push` takes it): its newest frame's
+        session time less the session's offset (a resumed session's frames and sound are both moved by it once,
+        when the stream takes them in)."""
+        ingest = self.stream.ingest
+        return max(0.0, ingest.latest_t_s - ingest.t_offset_s)
 
     def finish(self) -> None:
         self.listener.finish()
