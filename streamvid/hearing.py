@@ -25,6 +25,7 @@ import numpy as np
 from streamvid.audio.asr import Recognizer, load_recognizer
 from streamvid.audio.listener import Listener
 from streamvid.audio.pcm import CHUNK_S, RATE, AudioChunk
+from streamvid.audio.recognition import fair
 from streamvid.config import EngineConfig
 from streamvid.stream import BusyError, Stream
 
@@ -34,7 +35,8 @@ log = logging.getLogger("streamvid")
 class Hearing:
     def __init__(self, stream: Stream, recognizer: Recognizer, voice_events: bool = False):
         self.stream = stream
-        self.listener = Listener(recognizer, on_utterance=stream.hear, on_heard=stream.heard,
+        # every stream's utterances take turns at the shared recogniser (audio/recognition.py)
+        self.listener = Listener(fair(recognizer).on_behalf(stream.id), on_utterance=stream.hear, on_heard=stream.heard,
                                  name=f"streamvid-listen-{stream.id}", hint=stream.hints,
                                  on_voice=stream.voice if voice_events else None)
         self._reader: threading.Thread | None = None
