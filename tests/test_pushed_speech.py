@@ -112,6 +112,29 @@ def test_a_resumed_sessions_sound_is_moved_by_its_offset_once(live):
     assert answer.t_s == pytest.approx(63.5 + 0.5, abs=0.05) and answer.input_t_s == pytest.approx(4.0, abs=0.05)
 
 
+def test_untimed_sound_flows_on_and_after_a_pause_resumes_where_the_video_is(live):
+    import time
+
+    from streamvid.hearing import PAUSE_S
+
+    _, stream, hearing = live
+    frames = random_frames(9, seed=3, px=56)
+    for i in range(2):
+        assert stream.insert(Frame(frames[i], i / 2.0, i), timeout_s=30)
+    assert wait_until(lambda: stream.ingest.frames_in == 2)
+    quiet = np.zeros(RATE // 2, np.float32)
+    assert hearing.push(quiet) == 0.5  # the first: where the video is
+    assert hearing.push(quiet) == 1.0  # flowing: where the last ended
+    for i in range(2, 9):  # the video goes on to 4 s while the sound is paused
+        assert stream.insert(Frame(frames[i], i / 2.0, i), timeout_s=30)
+    assert wait_until(lambda: stream.ingest.frames_in == 9)
+    time.sleep(len(quiet) / RATE + PAUSE_S + 0.2)  # longer than the sound pushed, and the pause
+    assert hearing.push(quiet) == 4.0  # after the pause: where the video is, not 1.5
+    assert hearing.push(quiet) == 4.5
+    with pytest.raises(ValueError, match="goes back in time"):  # a time the client gives is still its own
+        hearing.push(quiet, t_s=4.9)
+
+
 # ---- end to end: the realtime socket, frames ahead of real time, then speech -----------------------------------
 websockets_sync = pytest.importorskip("websockets.sync.client")
 
