@@ -1,6 +1,6 @@
 """A recogniser shared fairly: every stream's utterances and spoken questions wait for one recogniser (asr.py) in a
 queue per stream, served round-robin on a thread of the recogniser's own, so one stream's backlog delays another's
-utterance by at most one utterance of each other stream waiting.
+utterance by at most one utterance of each other stream waiting (besides the one being decoded).
 
     turns = fair(recognizer)                          # one per recogniser in a process
     text = turns.transcribe(samples, hint, key="s3")  # waits for stream s3's turn (on the caller's own thread)
