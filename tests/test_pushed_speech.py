@@ -108,6 +108,9 @@ def test_a_resumed_sessions_sound_is_moved_by_its_offset_once(live):
     got = _outputs(stream, lambda got: any(o.kind == "answer" for o in got))
     transcripts = [o for o in got if o.kind == "transcript"]
     assert transcripts[0].t_s == pytest.approx(61.0, abs=0.05)  # 60 s of the session before + 0.5 + 0.5
+    edges = [(o.event, o.t_s) for o in got if o.kind == "voice_activity"]  # the detector's edges, on the same clock
+    assert [e for e, _ in edges] == ["speech_started", "speech_stopped"] * 2
+    assert [t for _, t in edges] == pytest.approx([61.0, 62.0, 63.0, 64.0], abs=0.05)
     answer = next(o for o in got if o.kind == "answer")
     assert answer.t_s == pytest.approx(63.5 + 0.5, abs=0.05) and answer.input_t_s == pytest.approx(4.0, abs=0.05)
 
