@@ -35,7 +35,9 @@ from streamvid.stream import BusyError, Stream
 
 log = logging.getLogger("streamvid")
 
-PAUSE_S = 1.0  # pushed sound that stops for this long past real time has paused: un-timed sound resumes at the video
+# pushed sound that stops this long past real time has paused: un-timed sound then resumes where the video is (long
+# enough that a browser microphone whose 0.5-s chunks a loaded server takes late is not cut into pieces)
+PAUSE_S = 5.0
 
 
 class Hearing:
