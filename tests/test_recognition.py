@@ -51,6 +51,8 @@ def test_streams_waiting_for_the_recogniser_take_turns():
     # b and c waited behind one utterance of a each, not behind a's backlog
     assert gate.order == [10, 11, 20, 30, 12, 21, 13, 14]
     assert turns.waiting == {}
+    assert wait_until(lambda: not _threads("streamvid-recognise"))  # idle, its thread ends (a later submit starts one)
+    assert turns.transcribe(said(40), key="c") == "heard 40"
 
 
 def test_a_recognisers_failure_reaches_its_caller_and_the_next_turn_goes_on():
@@ -150,3 +152,8 @@ def test_sound_requests_never_wait_on_the_event_loops_default_executor():
 
     assert asyncio.run(main()) == ("words", {"ok": True})
     assert len(ran_on) == 2 and all(name.startswith("streamvid-sound") for name in ran_on)
+    assert wait_until(lambda: not _threads("streamvid-sound"))  # idle, the pool's threads end
+
+
+def _threads(prefix: str) -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith(prefix) and t.is_alive()]

@@ -18,11 +18,12 @@ goes to the back of the line while it has more. Within a stream, utterances keep
 from __future__ import annotations
 
 import asyncio
+import queue
 import threading
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 import numpy as np
 
@@ -31,6 +32,7 @@ from streamvid.audio.pcm import RATE
 
 QUESTION_MAX_S = 30.0  # the longest spoken question heard (as voice assistants bound a turn)
 SOUND_THREADS = 8  # the sound pool's threads (requests that push sound or wait for a spoken question's words)
+IDLE_S = 2.0  # a recogniser's thread, or a sound pool thread, ends after this long with nothing to do
 
 
 class FairRecognition:
@@ -69,9 +71,12 @@ class FairRecognition:
         with self._cv:
             return {key: len(jobs) for key, jobs in self._waiting.items()}
 
-    def _next(self) -> tuple[Future, Callable[[], str]]:
+    def _next(self) -> tuple[Future, Callable[[], str]] | None:
+        """The next turn's utterance; None (the thread ends) after IDLE_S with none waiting."""
         with self._cv:
-            self._cv.wait_for(lambda: bool(self._waiting))
+            if not self._cv.wait_for(lambda: bool(self._waiting), timeout=IDLE_S):
+                self._thread = None  # the next submit starts another
+                return None
             key, jobs = next(iter(self._waiting.items()))
             job = jobs.popleft()
             del self._waiting[key]
@@ -80,8 +85,8 @@ class FairRecognition:
             return job
 
     def _serve(self) -> None:
-        while True:
-            future, run = self._next()
+        while (job := self._next()) is not None:
+            future, run = job
             if not future.set_running_or_notify_cancel():
                 continue
             try:
@@ -131,18 +136,49 @@ def question(recognizer: Recognizer, samples: np.ndarray, hint: str | None = Non
     return fair(recognizer).transcribe(samples, hint, key)
 
 
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
+class _SoundPool:
+    """At most `threads` threads (`streamvid-sound`) running blocking sound jobs; each ends after IDLE_S idle."""
+
+    def __init__(self, threads: int):
+        self.threads = threads
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._running = self._idle = 0
+
+    def submit(self, job: Callable, *args) -> Future:
+        future: Future = Future()
+        self._jobs.put((future, job, args))
+        with self._lock:
+            if self._idle == 0 and self._running < self.threads:
+                self._running += 1
+                threading.Thread(target=self._work, name="streamvid-sound", daemon=True).start()
+        return future
+
+    def _work(self) -> None:
+        while True:
+            with self._lock:
+                self._idle += 1
+            try:
+                future, job, args = self._jobs.get(timeout=IDLE_S)
+            except queue.Empty:
+                with self._lock:
+                    self._idle -= 1
+                    if self._jobs.empty():
+                        self._running -= 1
+                        return
+                continue
+            with self._lock:
+                self._idle -= 1
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(job(*args))
+                except BaseException as e:  # noqa: BLE001 - the awaiting request gets it
+                    future.set_exception(e)
 
 
-def sound_pool() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(SOUND_THREADS, thread_name_prefix="streamvid-sound")
-        return _pool
+_pool = _SoundPool(SOUND_THREADS)
 
 
 async def off_loop(job: Callable, *args):
     """`job(*args)` on the sound pool (a request that decodes sound or waits for the recogniser), awaited."""
-    return await asyncio.get_running_loop().run_in_executor(sound_pool(), job, *args)
+    return await asyncio.wrap_future(_pool.submit(job, *args))
