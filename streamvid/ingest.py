@@ -18,7 +18,8 @@ Speech: utterances heard in the stream's sound (audio/listener.py) wait in `hear
 in time order among the chunks: an utterance goes in before the first waiting chunk that starts after it ends.
 When `wait_for_sound` is set (a replay), a chunk also waits until the sound has been heard up to its start
 (`heard`), so a replay lays speech and frames out the same way whatever the recogniser's speed; live, nothing
-waits for the recogniser and an utterance goes in as soon as it is transcribed.
+waits for the recogniser and an utterance goes in as soon as it is transcribed (after the complete chunks that start
+before it ends: never after a frame still to come, so speech is heard on a stream whose frames stopped).
 """
 
 from __future__ import annotations
@@ -118,14 +119,19 @@ class Ingest:
 
     @property
     def speech_due(self) -> bool:
-        """An utterance goes into the window before anything else waiting: it ended before the next chunk starts
-        (the chunk still being filled counts: its first frame is known)."""
+        """An utterance goes into the window before anything else waiting: it ended before the next complete chunk
+        starts. A replay also waits for the chunk still being filled (its first frame is known, and its next frames
+        come); live, that chunk may never complete (the frames stopped, or came ahead of the sound), so the
+        utterance goes in at once."""
         if not self._speech:
             return False
-        first = self._ready[0] if self._ready else self._pending
-        if not first:  # live: now; a replay: once the next frame shows where it goes (or the input has ended)
-            return not self.wait_for_sound or self.input_ended
-        return self._speech[0].t_end_s <= first[0].t_s
+        if self._ready:
+            return self._speech[0].t_end_s <= self._ready[0][0].t_s
+        if not self.wait_for_sound:
+            return True
+        if not self._pending:  # a replay: once the next frame shows where it goes (or the input has ended)
+            return self.input_ended
+        return self._speech[0].t_end_s <= self._pending[0].t_s
 
     @property
     def next_utterance(self) -> Utterance:

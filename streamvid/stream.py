@@ -156,9 +156,10 @@ class Stream:
         return self.listening.hint(t_s + self.ingest.t_offset_s)
 
     def voice(self, event: str, t_s: float) -> None:
-        """The voice detector's edge in pushed sound (listener's thread): a {"type": "voice_activity"} output."""
+        """The voice detector's edge in pushed sound at input time `t_s` (listener's thread): a {"type":
+        "voice_activity"} output, in stream time like the transcript that follows it."""
         if not self.closed:
-            self.emit(VoiceActivity(event, round(t_s, 3)))
+            self.emit(VoiceActivity(event, round(t_s + self.ingest.t_offset_s, 3)))
 
     def heard(self, t_s: float) -> None:
         """The sound is transcribed up to input time `t_s` (infinity once it has ended): what a replay's frames

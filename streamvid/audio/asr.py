@@ -13,7 +13,7 @@
   an HF id or a local directory, trust_remote_code off), on `device`.
 
 A recogniser is shared by every stream of a process: `transcribe` holds its lock, so one utterance is decoded at
-a time per recogniser. Loading failures are one-line ValueErrors naming what to install or what is wrong.
+a time per recogniser; streams take turns at it through audio/recognition.py (a queue per stream, round-robin). Loading failures are one-line ValueErrors naming what to install or what is wrong.
 """
 
 from __future__ import annotations

@@ -337,7 +337,7 @@ class Hub(AlertAccess):
     def spoken_question(self, sid: str, data: bytes, fmt: object) -> str:
         """The words of a recorded question about stream `sid` (an `input_audio` part), for its chat completion."""
         self.get(sid)
-        return sound.spoken_question(self.config, data, fmt)
+        return sound.spoken_question(self.config, data, fmt, sid)
 
     def push_audio(self, sid: str, body: bytes, content_type: str | None, rate: int | None = None,
                    t_s: float | None = None) -> dict:

@@ -19,6 +19,7 @@ import threading
 import weakref
 
 from streamvid import wake_word
+from streamvid.audio import recognition
 from streamvid.audio.asr import load_recognizer
 from streamvid.audio.pcm import RATE, pcm16_duration_s, pcm16_samples, wav_duration_s, wav_samples
 from streamvid.hearing import Hearing, asr_device
@@ -43,9 +44,11 @@ def media_type(content_type: str | None) -> str:
                       f"{kind or 'no Content-Type'!r}")
 
 
-def spoken_question(config, data: bytes, fmt: object) -> str:
-    """The words of a recorded question (an OpenAI `input_audio` part: WAV bytes), a leading wake word left out.
-    Refused (one line) for another format, a body that is not a WAV, or one in which no words are heard."""
+def spoken_question(config, data: bytes, fmt: object, key: str = "") -> str:
+    """The words of a recorded question (an OpenAI `input_audio` part: WAV bytes) about stream `key`, a leading wake
+    word left out, heard in that stream's turn at the recogniser (audio/recognition.py). Refused (one line) for
+    another format, a body that is not a WAV, one longer than recognition.QUESTION_MAX_S, or one in which no words
+    are heard."""
     if fmt != "wav":
         raise Refused(f'input_audio format must be "wav", got {str(fmt)[:20]!r}')
     if config.audio == "off":
@@ -55,7 +58,10 @@ def spoken_question(config, data: bytes, fmt: object) -> str:
     except ValueError as e:
         raise Refused(f"input_audio: {e}") from None
     recognizer = load_recognizer(config.asr, asr_device(config))
-    text = recognizer.transcribe(samples, config.wake_word)
+    try:
+        text = recognition.question(recognizer, samples, config.wake_word, key)
+    except ValueError as e:
+        raise Refused(f"input_audio: {e}") from None
     text = wake_word.spoken_question(text, config.wake_word)
     if not text.strip(" .,!?-"):
         raise Refused("input_audio: no words were heard in it")

@@ -13,7 +13,8 @@ stream before its first item, so a caller can answer 404 before it starts a stre
 worker threads; the event loop only queues. Opening a URL source (its host lookup here, then its connect and probe
 after `open` has answered with state "opening") runs on the hub's open pool (`Hub.opener`); everything else
 (opening a clip, a file or "push", decoding an image, a status read, stopping a stream) on asyncio's default
-executor, so no request waits behind another stream's network.
+executor, so no request waits behind another stream's network; pushed sound and spoken questions, which may wait for
+the shared speech recogniser, on the sound pool (audio/recognition.py), so they never hold the default executor.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
+from streamvid.audio import recognition
 from streamvid.hub.errors import StreamFailed, Timeout
 from streamvid.hub.hub import Hub
 from streamvid.hub.subscriber import CLOSED
@@ -77,11 +79,12 @@ class HubService:
         return await asyncio.to_thread(self.hub.push, sid, data, content_type, t_s)
 
     async def spoken_question(self, sid: str, data: bytes, fmt: object) -> str:
-        return await asyncio.to_thread(self.hub.spoken_question, sid, data, fmt)
+        # (waits for the stream's turn at the recogniser: on the sound pool, never on the loop's default executor)
+        return await recognition.off_loop(self.hub.spoken_question, sid, data, fmt)
 
     async def push_audio(self, sid: str, data: bytes, content_type: str | None, rate: int | None = None,
                          t_s: float | None = None) -> dict:
-        return await asyncio.to_thread(self.hub.push_audio, sid, data, content_type, rate, t_s)
+        return await recognition.off_loop(self.hub.push_audio, sid, data, content_type, rate, t_s)
 
     async def set_silence(self, sid: str, silence_s: float) -> None:
         return await asyncio.to_thread(self.hub.set_silence, sid, silence_s)
