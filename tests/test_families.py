@@ -27,9 +27,10 @@ from streamvid.kv_window import Block
 from streamvid.positions import concat
 from streamvid.types import Context, Frame, Question
 
-ARCHS = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision", "llava-next-video")
+ARCHS = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision", "llava-next-video", "smolvlm2", "internvl3.5")
 ADAPTER_CLASS = {"qwen2-vl": "QwenVLAdapter", "qwen2.5-vl": "QwenVLAdapter", "qwen3-vl": "Qwen3VLAdapter",
-                 "llava-onevision": "LlavaOnevisionAdapter", "llava-next-video": "LlavaNextVideoAdapter"}
+                 "llava-onevision": "LlavaOnevisionAdapter", "llava-next-video": "LlavaNextVideoAdapter",
+                 "smolvlm2": "SmolVLMAdapter", "internvl3.5": "InternVLAdapter"}
 TOL = 1e-4
 FPS = 2.0
 
@@ -97,8 +98,9 @@ def _sequence_inputs(adapter, parts, prompt: str) -> dict:
         inputs["mm_token_type_ids"] = ((ids == adapter.video_pad_id).int() * 2).to(adapter.device)
         if adapter.model.config.model_type == "qwen2_5_vl":  # seconds per temporal patch (Qwen2.5-VL only)
             inputs["second_per_grid_ts"] = torch.tensor([adapter.frames_per_chunk_multiple / FPS] * len(parts))
-    else:
-        inputs["pixel_values_videos"] = torch.cat([p.vision["pixel_values_videos"] for p in parts])
+    else:  # LLaVA: pixel_values_videos; SmolVLM: pixel_values (+ pixel_attention_mask); InternVL: pixel_values
+        for name in parts[0].vision:
+            inputs[name] = torch.cat([p.vision[name] for p in parts])
     return inputs
 
 
@@ -118,7 +120,8 @@ def test_unsupported_architecture_is_one_line_listing_the_supported(tmp_path):
     assert "\n" not in msg and "'gpt2'" in msg
     for name in ("Qwen2_5_VLForConditionalGeneration", "Qwen2VLForConditionalGeneration",
                  "Qwen3VLForConditionalGeneration", "LlavaOnevisionForConditionalGeneration",
-                 "LlavaNextVideoForConditionalGeneration"):
+                 "LlavaNextVideoForConditionalGeneration", "SmolVLMForConditionalGeneration",
+                 "InternVLForConditionalGeneration"):
         assert name in msg
     with pytest.raises(ValueError, match="cannot load model"):
         load_adapter(str(tmp_path / "missing"))

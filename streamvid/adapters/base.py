@@ -78,6 +78,8 @@ REGISTRY: dict[str, tuple[str, str, str]] = {
                         "LlavaOnevisionAdapter"),
     "llava_next_video": ("LlavaNextVideoForConditionalGeneration", "streamvid.adapters.llava_next_video",
                          "LlavaNextVideoAdapter"),
+    "smolvlm": ("SmolVLMForConditionalGeneration", "streamvid.adapters.smolvlm", "SmolVLMAdapter"),
+    "internvl": ("InternVLForConditionalGeneration", "streamvid.adapters.internvl", "InternVLAdapter"),
 }
 
 
