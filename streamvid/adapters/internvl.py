@@ -42,18 +42,21 @@ class InternVLAdapter(TemplateChat, HFVideoAdapter):
         return self.chunk_inputs_batch([(frames, seconds_per_chunk, t_start_s)])[0]
 
     def chunk_inputs_batch(self, clips: Sequence[tuple[Sequence[np.ndarray], float, float]]) -> list[ChunkInputs]:
-        """Every clip through one processor call: the placeholder expanded per clip; `pixel_values` holds the clips'
-        frames in order (one tile each)."""
-        out = self.processor(text=[self.video_text] * len(clips), videos=[np.stack(f) for f, _, _ in clips],
-                             return_tensors="pt", add_special_tokens=False, padding=True)
-        chunks, at = [], 0
+        """One processor call per frame count among the clips (its video output stacks videos of one length): the
+        placeholder expanded per clip; `pixel_values` holds a clip's frames in order (one tile each)."""
+        by_count: dict[int, list[int]] = {}
         for i, (frames, _, _) in enumerate(clips):
-            ids = out["input_ids"][i][out["attention_mask"][i].bool()].view(1, -1)
-            n = ids.shape[1]
-            vision = {"pixel_values": self._to_model(out["pixel_values"][at:at + len(frames)])}
-            at += len(frames)
-            chunks.append(ChunkInputs(ids, torch.arange(n).view(1, n), n, vision, ids[0] == self.video_pad_id,
-                                      (len(frames), self.side, self.side)))
+            by_count.setdefault(len(frames), []).append(i)
+        chunks: list[ChunkInputs | None] = [None] * len(clips)
+        for count, rows in by_count.items():
+            out = self.processor(text=[self.video_text] * len(rows), videos=[np.stack(clips[i][0]) for i in rows],
+                                 return_tensors="pt", add_special_tokens=False, padding=True)
+            for r, i in enumerate(rows):
+                ids = out["input_ids"][r][out["attention_mask"][r].bool()].view(1, -1)
+                n = ids.shape[1]
+                vision = {"pixel_values": self._to_model(out["pixel_values"][r * count:(r + 1) * count])}
+                chunks[i] = ChunkInputs(ids, torch.arange(n).view(1, n), n, vision, ids[0] == self.video_pad_id,
+                                        (count, self.side, self.side))
         return chunks
 
     def _check_layout(self, model: str) -> None:
