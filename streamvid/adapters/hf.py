@@ -26,6 +26,7 @@ from transformers.utils import logging as hf_logging
 from streamvid.adapters import batching
 from streamvid.adapters.chunk_inputs import ChunkInputs
 from streamvid.adapters.kv_cache import buffered_cache
+from streamvid.adapters.refusals import check_tokenizer
 from streamvid.adapters.vectors import unit
 from streamvid.budget import DTYPE_BYTES, KVShape
 from streamvid.positions import RopePositions
@@ -60,6 +61,7 @@ class HFVideoAdapter:
                 self.processor, self.model = prebuilt
             else:
                 self.processor = AutoProcessor.from_pretrained(model, trust_remote_code=trust_remote_code)
+                check_tokenizer(self.processor.tokenizer, model)  # an empty vocabulary: refused before the weights
                 self.model = AutoModelForImageTextToText.from_pretrained(model, **load)
         except OSError as e:
             kind = "directory" if Path(model).exists() else "model id (check the id, or the network / hub cache)"
