@@ -10,6 +10,7 @@ time in the tokens. The conversation text is the chat template's (`TemplateChat`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -34,7 +35,7 @@ class InternVLAdapter(TemplateChat, HFVideoAdapter):
                          trust_remote_code=trust_remote_code, **options)
         self.read_template(model)
         self.video_pad_id = self.model.config.image_token_id  # frames fill <IMG_CONTEXT> tokens
-        self.side = int(round(self.processor.image_seq_length ** 0.5))
+        self.side = math.isqrt(self.processor.image_seq_length)
         self._check_layout(model)
 
     def chunk_inputs(self, frames: Sequence[np.ndarray], seconds_per_chunk: float,

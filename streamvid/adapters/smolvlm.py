@@ -13,6 +13,7 @@ template (`TemplateChat`); for a video the processor renders its own video templ
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -43,7 +44,7 @@ class SmolVLMAdapter(TemplateChat, HFVideoAdapter):
                          trust_remote_code=trust_remote_code, **options)
         self.read_template(model)
         self.video_pad_id = self.model.config.image_token_id  # frames fill <image> tokens
-        self.side = int(round(self.processor.image_seq_len ** 0.5))  # tokens per frame: side x side
+        self.side = math.isqrt(self.processor.image_seq_len)  # tokens per frame: side x side
         self._check_layout(model)
 
     def chunk_inputs(self, frames: Sequence[np.ndarray], seconds_per_chunk: float,

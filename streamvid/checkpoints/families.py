@@ -5,7 +5,9 @@ use one to check an install.
 
 Qwen2.5-VL is `tiny.build_tiny_checkpoint` (the bundled model's starting point). The Qwen families and
 LLaVA-OneVision get a byte-level BPE trained on the spot with their special tokens (as `tiny.build_tokenizer`);
-LLaVA-NeXT-Video gets a sentencepiece model trained on the spot and loaded as its Llama tokenizer.
+LLaVA-NeXT-Video gets a sentencepiece model trained on the spot and loaded as its Llama tokenizer. SmolVLM2 and
+InternVL3.5 get the byte-level BPE with their own special tokens, and their processors with small frames (16 tokens
+per frame).
 """
 
 from __future__ import annotations
