@@ -12,7 +12,8 @@
     streamvid synth --seed S --minutes N --out DIR
     streamvid train-tiny [--out DIR] [--seed S] [--steps N] [--time-budget-min M] [--init DIR]
                         [--vision-refine-steps N] [--block-side | --no-block-side] [--resume DIR]
-    streamvid make-tiny --arch qwen2-vl|qwen2.5-vl|qwen3-vl|llava-onevision|llava-next-video --out DIR
+    streamvid make-tiny --arch qwen2-vl|qwen2.5-vl|qwen3-vl|llava-onevision|llava-next-video|smolvlm2|internvl3.5
+        --out DIR
 
 `run` prints one JSON object per line on stdout, in stream-time order: {"type": "answer", ...} per question (for
 "Tell me when ..." an acknowledgement at T), {"type": "alert", "trigger_id", "condition", "t_s", "score",
@@ -217,8 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     mt = sub.add_parser("make-tiny", help="write a small random checkpoint of a supported family (install checks)")
     mt.add_argument("--arch", required=True,
-                    choices=("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision", "llava-next-video", "whisper",
-                             "vits"))
+                    choices=("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision", "llava-next-video", "smolvlm2",
+                             "internvl3.5", "whisper", "vits"))
     mt.add_argument("--out", type=Path, required=True)
     mt.add_argument("--seed", type=int, default=0)
     mt.set_defaults(func=cmd_make_tiny)

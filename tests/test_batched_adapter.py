@@ -22,7 +22,7 @@ from streamvid.kv_window import Block
 from streamvid.positions import concat
 from streamvid.types import ChunkJob, Context, Encoded
 
-FAMILIES = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision", "llava-next-video")
+FAMILIES = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision", "llava-next-video", "smolvlm2", "internvl3.5")
 MODELS = ("bundled", "bundled-eager", *FAMILIES)
 TOL = 1e-4
 
@@ -107,7 +107,9 @@ def test_batched_chunk_encode_equals_each_streams_encode_chunk(model):
             h.remove()
     if a.position_axes == 3:  # Qwen: one vision-tower pass and one forward for all
         assert (forwards.n, towers.n) == (1, 1)
-    else:  # LLaVA: one forward per frame count (the processor resizes every frame to one size)
+    elif a.model.config.model_type == "internvl":  # one tile per frame, any chunk's frames: one forward for all
+        assert forwards.n == 1
+    else:  # LLaVA, SmolVLM: one forward per frame count (the processor resizes every frame to one size)
         assert forwards.n == len({len(j.frames) for j in jobs})
 
     for job, g, r in zip(jobs, got, refs):

@@ -1,5 +1,6 @@
 """Every supported family, end to end on a small random checkpoint from `make_tiny` (no download):
-the registry picks its adapter; chunk-by-chunk encoding equals one forward over the same tokens with the model's
+the registry picks its adapter (Qwen2-VL, Qwen2.5-VL, Qwen3-VL, LLaVA-OneVision, LLaVA-NeXT-Video, SmolVLM2,
+InternVL3.5); chunk-by-chunk encoding equals one forward over the same tokens with the model's
 own positions; a moved block equals a fresh encoding at the new positions; the engine's greedy answer equals HF
 `generate` token for token (float32 and bfloat16), and on a window with evicted blocks and retrieved memory it
 equals HF's own forward and greedy loop over the same tokens at the same positions (one-layer checkpoints, K/V and
@@ -27,9 +28,10 @@ from streamvid.kv_window import Block
 from streamvid.positions import concat
 from streamvid.types import Context, Frame, Question
 
-ARCHS = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision", "llava-next-video")
+ARCHS = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision", "llava-next-video", "smolvlm2", "internvl3.5")
 ADAPTER_CLASS = {"qwen2-vl": "QwenVLAdapter", "qwen2.5-vl": "QwenVLAdapter", "qwen3-vl": "Qwen3VLAdapter",
-                 "llava-onevision": "LlavaOnevisionAdapter", "llava-next-video": "LlavaNextVideoAdapter"}
+                 "llava-onevision": "LlavaOnevisionAdapter", "llava-next-video": "LlavaNextVideoAdapter",
+                 "smolvlm2": "SmolVLMAdapter", "internvl3.5": "InternVLAdapter"}
 TOL = 1e-4
 FPS = 2.0
 
@@ -97,8 +99,9 @@ def _sequence_inputs(adapter, parts, prompt: str) -> dict:
         inputs["mm_token_type_ids"] = ((ids == adapter.video_pad_id).int() * 2).to(adapter.device)
         if adapter.model.config.model_type == "qwen2_5_vl":  # seconds per temporal patch (Qwen2.5-VL only)
             inputs["second_per_grid_ts"] = torch.tensor([adapter.frames_per_chunk_multiple / FPS] * len(parts))
-    else:
-        inputs["pixel_values_videos"] = torch.cat([p.vision["pixel_values_videos"] for p in parts])
+    else:  # LLaVA: pixel_values_videos; SmolVLM: pixel_values (+ pixel_attention_mask); InternVL: pixel_values
+        for name in parts[0].vision:
+            inputs[name] = torch.cat([p.vision[name] for p in parts])
     return inputs
 
 
@@ -118,7 +121,8 @@ def test_unsupported_architecture_is_one_line_listing_the_supported(tmp_path):
     assert "\n" not in msg and "'gpt2'" in msg
     for name in ("Qwen2_5_VLForConditionalGeneration", "Qwen2VLForConditionalGeneration",
                  "Qwen3VLForConditionalGeneration", "LlavaOnevisionForConditionalGeneration",
-                 "LlavaNextVideoForConditionalGeneration"):
+                 "LlavaNextVideoForConditionalGeneration", "SmolVLMForConditionalGeneration",
+                 "InternVLForConditionalGeneration"):
         assert name in msg
     with pytest.raises(ValueError, match="cannot load model"):
         load_adapter(str(tmp_path / "missing"))
@@ -146,6 +150,26 @@ def test_qwen3_vl_chunk_carries_the_timestamps_the_processor_writes(t_start_s, f
     chunk = adapter.chunk_inputs(frames, len(frames) / FPS, t_start_s)
     assert chunk.ids.tolist() == hf["input_ids"].tolist()
     assert f"<{t_start_s + 0.25:.1f} seconds>" in adapter.tokenizer.decode(chunk.ids[0])
+
+
+@pytest.mark.parametrize("t_start_s", [0.0, 75.0])
+def test_smolvlm2_chunk_is_the_processors_frames_at_their_stream_times(t_start_s, family_adapters, family_dirs):
+    """A SmolVLM2 chunk's ids: the processor's ids for the same frames as frames of a clip at FPS, from the first
+    frame's text to the last frame's end (its intro sentence before, its outtro after, left out)."""
+    adapter = _adapter(family_adapters, family_dirs, "smolvlm2")
+    frames = random_frames(2, seed=3)
+    first = round(t_start_s * FPS)
+    meta = {"fps": FPS, "frames_indices": [first, first + 1], "total_num_frames": first + 2}
+    hf = adapter.processor(text="<video>", videos=[np.stack(frames)], video_metadata=[meta], do_sample_frames=False,
+                           add_special_tokens=False, return_tensors="pt")["input_ids"][0].tolist()
+    chunk = adapter.chunk_inputs(frames, len(frames) / FPS, t_start_s)
+    ids = chunk.ids[0].tolist()
+    at = next(i for i in range(len(hf)) if hf[i:i + len(ids)] == ids)
+    assert adapter.tokenizer.decode(hf[:at]).startswith("You are provided the following series of two frames")
+    assert adapter.tokenizer.decode(hf[at + len(ids):]) == "\n\n"
+    stamp = f"{int(t_start_s // 60):02d}:{int(t_start_s % 60):02d}"
+    assert adapter.tokenizer.decode(ids).startswith(f"\nFrame from {stamp}:<fake_token_around_image>")
+    assert int(chunk.video_mask.sum()) == 2 * adapter.processor.image_seq_len
 
 
 def test_chunk_by_chunk_encoding_equals_one_forward(fam):

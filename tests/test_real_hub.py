@@ -1,4 +1,5 @@
-"""The Qwen adapters against the real hub metadata of Qwen2.5-VL-7B, Qwen2-VL-2B and Qwen3-VL-4B (no weights).
+"""The Qwen adapters against the real hub metadata of Qwen2.5-VL-7B, Qwen2-VL-2B and Qwen3-VL-4B, and the SmolVLM2
+adapter against SmolVLM2-500M-Video-Instruct's (no weights).
 
 `../shared/real-hub/<family>/` (beside the repository; SOURCES.md there says where each file came from) holds the
 real config, tokenizer (vocab.json + merges.txt + tokenizer_config.json), chat template and processor files. Per
@@ -17,6 +18,9 @@ real-hub folder, `apply_chat_template`, `processor(text=..., videos=...)`):
   metadata), with `cap_pixels_per_frame=True` as the adapter passes it. Qwen2(.5)-VL's reference uses the
   processor's defaults;
 - the shrunk model runs a chunk (the model checks that the vision features fill the video-pad tokens).
+
+SmolVLM2 the same way (its own section below): prompt text, chunk ids within the real processor's ids for the whole
+conversation (less the intro sentence a stream has no use for), pixel values, 64 tokens per frame.
 
 Skipped where the real-hub folder is absent, unless STREAMVID_REQUIRE_REAL_HUB=1 (set by .ci/run, whose checkout has
 the folder beside it), which makes its absence a failure.
@@ -227,6 +231,131 @@ def test_chunk_ids_are_the_real_processor_ids(fam, size, t_start_s):
 def test_shrunk_model_encodes_a_chunk_of_real_tokens(fam):
     """The vision tower's features fill exactly the video-pad tokens the adapter wrote (the model checks)."""
     adapter = fam.adapter
+    sinks = adapter.encode_text(adapter.sink_text, None)
+    past = Context(sinks.keys, sinks.values, sinks.pos_span)
+    enc = adapter.encode_chunk(frames(*SIZES[1]), past, FRAMES / FPS, t_start_s=0.0)
+    assert enc.n_tokens == adapter.tokens_per_chunk(*SIZES[1], FRAMES)
+    assert enc.vector is not None and np.isfinite(enc.vector).all()
+
+
+# ---- SmolVLM2 (SmolVLM2-500M-Video-Instruct's processor, tokenizer and chat template) ---------------------------
+SMOL = "smolvlm2"
+SMOL_TEXT = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "head_dim": 16}
+
+
+def shrunk_smolvlm(out: Path) -> Path:
+    """The real SmolVLM2 config with a small text model and vision tower (image size, patch size, scale factor,
+    token ids and vocabulary kept), random weights, and a copy of the real processor files."""
+    real = AutoConfig.from_pretrained(REAL_HUB / SMOL)
+    d = real.to_dict()
+    d["text_config"].update(SMOL_TEXT)
+    d["text_config"].pop("layer_types", None)
+    d["vision_config"].update(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2)
+    for key in ("_name_or_path", "transformers_version"):
+        d.pop(key, None)
+    torch.manual_seed(0)
+    model = AutoModelForImageTextToText.from_config(type(real).from_dict(d), dtype=torch.float32)
+    model.save_pretrained(out)
+    for src in (REAL_HUB / SMOL).iterdir():
+        if src.is_file() and src.name not in MODEL_FILES:
+            (out / src.name).write_bytes(src.read_bytes())
+    return out
+
+
+@pytest.fixture(scope="module")
+def smol(tmp_path_factory):
+    """(adapter on the shrunk checkpoint, the real processor, the real config)."""
+    if not (REAL_HUB / SMOL).is_dir():
+        if os.environ.get("STREAMVID_REQUIRE_REAL_HUB") == "1":
+            raise RuntimeError(f"STREAMVID_REQUIRE_REAL_HUB=1 but {REAL_HUB / SMOL} is absent")
+        pytest.skip(f"{REAL_HUB / SMOL} not found")
+    adapter = load_adapter(str(shrunk_smolvlm(tmp_path_factory.mktemp("real-hub-smolvlm2") / "m")))
+    real_config = json.loads((REAL_HUB / SMOL / "config.json").read_text())
+    return adapter, AutoProcessor.from_pretrained(REAL_HUB / SMOL), real_config
+
+
+def smol_render(processor, question: str, dialogue=()) -> str:
+    turns = [*[t for pair in dialogue for t in pair], question]
+    messages = [{"role": "system", "content": SYSTEM_PROMPT},
+                {"role": "user", "content": [{"type": "video"}, {"type": "text", "text": turns[0]}]}]
+    for i, text in enumerate(turns[1:]):
+        messages.append({"role": "assistant" if i % 2 == 0 else "user", "content": text})
+    return processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+
+
+def test_smolvlm2_shrunk_checkpoint_keeps_the_real_ids_and_tokens_per_frame(smol):
+    adapter, processor, real = smol
+    assert type(adapter).__name__ == "SmolVLMAdapter"
+    assert adapter.model.config.image_token_id == real["image_token_id"] == adapter.video_pad_id
+    assert adapter.tokenizer.convert_tokens_to_ids("<image>") == real["image_token_id"]
+    assert adapter.tokenizer.eos_token_id == adapter.tokenizer.convert_tokens_to_ids("<end_of_utterance>") == 49279
+    assert adapter.model.config.get_text_config().vocab_size == real["text_config"]["vocab_size"]
+    # 512 / 16 = 32 x 32 patches, pixel-shuffled by 4: 8 x 8 = 64 tokens per frame, as the real processor writes
+    assert processor.image_seq_len == 64 == adapter.side ** 2
+    assert adapter.tokens_per_chunk(360, 640, 2) == 2 * adapter.tokens_per_chunk(360, 640, 1)  # no per-chunk text
+    assert adapter.stop_ids == {49279}
+
+
+@pytest.mark.parametrize("dialogue", [(), DIALOGUE], ids=["question", "dialogue"])
+def test_smolvlm2_prompt_text_is_the_real_chat_template(smol, dialogue):
+    """The processor renders a video turn with its own video template (`<video>` where the video goes); the
+    adapter's prompt starts with the outtro the processor writes after the frames (`\\n\\n`), then the template's
+    text after the video."""
+    adapter, processor, _ = smol
+    rendered = smol_render(processor, QUESTION, dialogue)
+    assert rendered.startswith("<|im_start|>System: " + SYSTEM_PROMPT)
+    assert adapter.sink_text.endswith("User: ") and adapter.video_text == "<video>"
+    prompt = adapter.prompt(QUESTION, dialogue)
+    assert prompt.startswith("\n\n")
+    assert rendered == adapter.sink_text + adapter.video_text + prompt[2:]
+    assert rendered.endswith(f"{QUESTION}<end_of_utterance>\nAssistant:")
+
+
+@pytest.mark.parametrize("t_start_s", [0.0, 10.0, 75.0])
+@pytest.mark.parametrize("size", SIZES, ids=lambda s: f"{s[1]}x{s[0]}")
+def test_smolvlm2_chunk_ids_are_the_real_processor_ids(smol, size, t_start_s):
+    """The real processor's ids for the whole conversation with the frames as one video at their times are: the
+    sink's ids, the processor's intro sentence (its frame count and length, which a stream does not have: the
+    adapter leaves it out), the adapter's chunk ids, the prompt's ids (outtro first)."""
+    adapter, processor, _ = smol
+    video = frames(*size)
+    chunk = adapter.chunk_inputs(video, FRAMES / FPS, t_start_s)
+    ids = chunk.ids[0].tolist()
+    first = round(t_start_s * FPS)
+    meta = {"fps": FPS, "frames_indices": list(range(first, first + FRAMES)), "total_num_frames": first + FRAMES}
+    ref = processor(text=[smol_render(processor, QUESTION)], videos=[np.stack(video)], video_metadata=[meta],
+                    do_sample_frames=False, return_tensors="pt")
+    ref_ids = ref["input_ids"][0].tolist()
+    tok = processor.tokenizer
+    sink = tok.encode(adapter.sink_text, add_special_tokens=False)
+    prompt = tok.encode(adapter.prompt(QUESTION), add_special_tokens=False)
+    # the sink ends with the template's space after `User:`; the processor's intro word takes it (`ĠYou`), the
+    # adapter's first frame (a newline) does not
+    assert tok.decode(sink[-1:]) == " " and ref_ids[:len(sink) - 1] == sink[:-1]
+    assert ref_ids[len(ref_ids) - len(prompt):] == prompt
+    middle = ref_ids[len(sink) - 1:len(ref_ids) - len(prompt)]
+    assert middle[len(middle) - len(ids):] == ids
+    intro = tok.decode(middle[:len(middle) - len(ids)])
+    assert intro.startswith(" You are provided the following series of two frames from a ") and intro.endswith("\n")
+    # the conversation as the adapter lays it out, tokenized at once by the real tokenizer: the same ids
+    whole = adapter.sink_text + tok.decode(ids) + adapter.prompt(QUESTION)
+    assert tok.encode(whole, add_special_tokens=False) == sink + ids + prompt
+    # each frame: its time as MM:SS, then 64 image tokens between the processor's wrappers
+    text = tok.decode(ids)
+    stamp = f"{int(t_start_s // 60):02d}:{int(t_start_s % 60):02d}"
+    assert text.startswith(f"\nFrame from {stamp}:<fake_token_around_image><global-img><image>")
+    assert ids.count(processor.image_token_id) == FRAMES * 64 == int(chunk.video_mask.sum())
+    assert chunk.grid == (FRAMES, 8, 8)
+    assert torch.allclose(chunk.vision["pixel_values"].float().cpu(), ref["pixel_values"].float())
+    assert torch.equal(chunk.vision["pixel_attention_mask"].cpu().long(), ref["pixel_attention_mask"].long())
+    # the checkpoint's copy of the tokenizer tokenizes the segments as the real one
+    assert adapter.tokenizer.encode(adapter.sink_text, add_special_tokens=False) == sink
+    assert adapter.tokenizer.encode(adapter.prompt(QUESTION), add_special_tokens=False) == prompt
+
+
+def test_smolvlm2_shrunk_model_encodes_a_chunk_of_real_tokens(smol):
+    adapter, _, _ = smol
     sinks = adapter.encode_text(adapter.sink_text, None)
     past = Context(sinks.keys, sinks.values, sinks.pos_span)
     enc = adapter.encode_chunk(frames(*SIZES[1]), past, FRAMES / FPS, t_start_s=0.0)

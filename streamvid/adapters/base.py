@@ -78,6 +78,8 @@ REGISTRY: dict[str, tuple[str, str, str]] = {
                         "LlavaOnevisionAdapter"),
     "llava_next_video": ("LlavaNextVideoForConditionalGeneration", "streamvid.adapters.llava_next_video",
                          "LlavaNextVideoAdapter"),
+    "smolvlm": ("SmolVLMForConditionalGeneration", "streamvid.adapters.smolvlm", "SmolVLMAdapter"),
+    "internvl": ("InternVLForConditionalGeneration", "streamvid.adapters.internvl", "InternVLAdapter"),
 }
 
 
@@ -117,12 +119,16 @@ def read_config(model: str) -> dict:
 def load_adapter(model: str, device: str = "cpu", dtype: str = "auto", index_layer: int | None = None,
                  **options) -> VideoLLMAdapter:
     """Load a checkpoint (HF id or local directory) behind the adapter that supports its architecture, chosen
-    from its config.json (`REGISTRY`); an unsupported one is refused with the list of supported ones.
+    from its config.json (`REGISTRY`); an unsupported one is refused with the list of supported ones, and one whose
+    layers the engine cannot hold with the reason (adapters/refusals.py), before any weights load.
     `options`: `device_map` ("auto": accelerate spreads a checkpoint that does not fit one device), `attn`
     ("auto", "sdpa", "flash_attention_2", "eager"). `index_layer` None: the default for the checkpoint
     (`retrieval.default_index_layer`)."""
+    from streamvid.adapters.refusals import check_layers
+
     config = read_config(model)
-    cls = adapter_class(config)  # an unsupported architecture is refused first
+    check_layers(config, model)  # layers the engine cannot hold (hybrid, sliding-window, shared K/V): refused first
+    cls = adapter_class(config)  # then an unsupported architecture
     if index_layer is None:
         from streamvid.retrieval import default_index_layer
 

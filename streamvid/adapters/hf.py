@@ -26,6 +26,7 @@ from transformers.utils import logging as hf_logging
 from streamvid.adapters import batching
 from streamvid.adapters.chunk_inputs import ChunkInputs
 from streamvid.adapters.kv_cache import buffered_cache
+from streamvid.adapters.refusals import check_tokenizer
 from streamvid.adapters.vectors import unit
 from streamvid.budget import DTYPE_BYTES, KVShape
 from streamvid.positions import RopePositions
@@ -60,6 +61,7 @@ class HFVideoAdapter:
                 self.processor, self.model = prebuilt
             else:
                 self.processor = AutoProcessor.from_pretrained(model, trust_remote_code=trust_remote_code)
+                check_tokenizer(self.processor.tokenizer, model)  # an empty vocabulary: refused before the weights
                 self.model = AutoModelForImageTextToText.from_pretrained(model, **load)
         except OSError as e:
             kind = "directory" if Path(model).exists() else "model id (check the id, or the network / hub cache)"
@@ -82,7 +84,7 @@ class HFVideoAdapter:
         self.tokenizer = self.processor.tokenizer
         self.video_processor = self.processor.video_processor
         text_cfg = cfg.get_text_config()
-        self.language_model = self.model.model.language_model
+        self.language_model = decoder_of(self.model)
         n_layers = text_cfg.num_hidden_layers
         if not 0 <= index_layer < n_layers:
             raise ValueError(f"index_layer must be in [0, {n_layers}), got {index_layer}")
@@ -319,6 +321,13 @@ class ChatMLAdapter(HFVideoAdapter):
         return f"{turns}{question}<|im_end|>\n<|im_start|>assistant\n"
 
 
+def decoder_of(model):
+    """The language model (decoder) of a transformers video-LLM: `model.model.language_model`, or
+    `model.model.text_model` for the Idefics3 / SmolVLM family."""
+    inner = model.model
+    return inner.language_model if hasattr(inner, "language_model") else inner.text_model
+
+
 class _StopForward(Exception):
     """Raised from a hook to end a forward once the layer of interest has run its projection."""
 
@@ -332,7 +341,7 @@ def mean_queries(model, texts: Sequence[Sequence[int]], layer: int, device: torc
     cfg = model.config.get_text_config()
     heads, kv = cfg.num_attention_heads, cfg.num_key_value_heads
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
-    proj = model.model.language_model.layers[layer].self_attn.q_proj
+    proj = decoder_of(model).layers[layer].self_attn.q_proj
     captured: list[torch.Tensor] = []
 
     def stop(_m, _i, out):

@@ -5,7 +5,9 @@ use one to check an install.
 
 Qwen2.5-VL is `tiny.build_tiny_checkpoint` (the bundled model's starting point). The Qwen families and
 LLaVA-OneVision get a byte-level BPE trained on the spot with their special tokens (as `tiny.build_tokenizer`);
-LLaVA-NeXT-Video gets a sentencepiece model trained on the spot and loaded as its Llama tokenizer.
+LLaVA-NeXT-Video gets a sentencepiece model trained on the spot and loaded as its Llama tokenizer. SmolVLM2 and
+InternVL3.5 get the byte-level BPE with their own special tokens, and their processors with small frames (16 tokens
+per frame).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from transformers.utils import logging as hf_logging
 
 from streamvid.checkpoints.tiny import ANSWER_WORDS, CORPUS, CHAT_TEMPLATE, SPECIAL_TOKENS, build_tiny_checkpoint
 
-ARCHS = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision", "llava-next-video")
+ARCHS = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision", "llava-next-video", "smolvlm2", "internvl3.5")
 SPEECH_ARCHS = ("whisper", "vits")  # a speech recogniser for --asr and a voice for --tts (checkpoints/speech.py)
 
 # LLaVA-OneVision's chat template (ChatML; per message its images, then `<video>\n` per video, then the text)
@@ -48,7 +50,7 @@ def make_tiny(arch: str, out_dir: str | Path, seed: int = 0, hidden: int = 64, l
     """Write a small random checkpoint of `arch` (one of ARCHS, or a speech recogniser of SPEECH_ARCHS) to
     `out_dir`; returns the directory."""
     builders = {"qwen2-vl": _qwen2_vl, "qwen3-vl": _qwen3_vl, "llava-onevision": _llava_onevision,
-                "llava-next-video": _llava_next_video}
+                "llava-next-video": _llava_next_video, "smolvlm2": _smolvlm2, "internvl3.5": _internvl}
     hf_logging.disable_progress_bar()
     if arch == "qwen2.5-vl":
         return build_tiny_checkpoint(out_dir, seed=seed, hidden=hidden, layers=layers)
@@ -248,5 +250,91 @@ def _llava_next_video(hidden: int, layers: int, frame_px: int = 56):
         image_grid_pinpoints=[[frame_px, frame_px]], image_seq_length=grid * grid,
         video_seq_length=(grid // 2) ** 2, tie_word_embeddings=False)
     model = LlavaNextVideoForConditionalGeneration(config)
+    _unit_embeddings(model)
+    return model, processor
+
+
+def _smolvlm2(hidden: int, layers: int, frame_px: int = 64):
+    """SmolVLM2 (Idefics3 with a Llama text model): frames resized to frame_px square, 16 x 16 patches,
+    pixel-shuffled by 2 into 4 x 4 = 16 tokens per frame; the processor's own video chat template."""
+    from transformers import (
+        SmolVLMConfig,
+        SmolVLMForConditionalGeneration,
+        SmolVLMImageProcessor,
+        SmolVLMProcessor,
+        SmolVLMVideoProcessor,
+    )
+    from transformers.models.smolvlm.processing_smolvlm import DEFAULT_CHAT_TEMPLATE
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<end_of_utterance>", "<fake_token_around_image>",
+                "<global-img>", "<image>"]
+    tokenizer = bpe_tokenizer(specials, "<end_of_utterance>", "<|im_end|>", DEFAULT_CHAT_TEMPLATE)
+    tokenizer.bos_token, tokenizer.unk_token = "<|im_start|>", "<|endoftext|>"
+    patch, scale = 16, 2
+    size = {"longest_edge": frame_px}
+    processor = SmolVLMProcessor(
+        image_processor=SmolVLMImageProcessor(do_image_splitting=False, size=size, max_image_size=size),
+        video_processor=SmolVLMVideoProcessor(size=size, max_image_size=size, video_sampling={
+            "fps": 1, "max_frames": 64, "video_size": size}),
+        tokenizer=tokenizer, image_seq_len=(frame_px // patch) ** 2 // scale ** 2, chat_template=DEFAULT_CHAT_TEMPLATE)
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in specials}
+    config = SmolVLMConfig(
+        vision_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                           image_size=frame_px, patch_size=patch),
+        text_config=dict(model_type="llama", vocab_size=len(tokenizer), num_hidden_layers=layers,
+                         rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
+                         bos_token_id=ids["<|im_start|>"], eos_token_id=ids["<end_of_utterance>"],
+                         pad_token_id=ids["<|im_end|>"], **_text_dims(hidden)),
+        image_token_id=ids["<image>"], scale_factor=scale, pad_token_id=ids["<|im_end|>"], tie_word_embeddings=False)
+    model = SmolVLMForConditionalGeneration(config)
+    _unit_embeddings(model)
+    return model, processor
+
+
+# InternVL3.5 -HF chat template (ChatML; `<video>\n` per video, `<IMG_CONTEXT>\n` per image, then the text)
+INTERNVL_CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' }}"
+    "{% if message['content'] is string %}{{ message['content'] }}{% else %}"
+    "{% for content in message['content'] %}{% if content['type'] == 'image' %}{{ '<IMG_CONTEXT>\\n' }}"
+    "{% elif content['type'] == 'video' %}{{ '<video>\\n' }}{% elif content['type'] == 'text' %}{{ content['text'] }}"
+    "{% endif %}{% endfor %}{% endif %}{{ '<|im_end|>\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def _internvl(hidden: int, layers: int, frame_px: int = 56):
+    """InternVL3.5 -HF (a Qwen text model): each frame resized to frame_px square, 8 x 8 patches, pixel-shuffled by
+    0.5 into 4 x 4 = 16 tokens (`<img><IMG_CONTEXT>*16</img>`)."""
+    from transformers import (
+        GotOcr2ImageProcessor,
+        InternVLConfig,
+        InternVLForConditionalGeneration,
+        InternVLProcessor,
+        InternVLVideoProcessor,
+    )
+
+    marks = {"start_image_token": "<img>", "end_image_token": "</img>", "context_image_token": "<IMG_CONTEXT>",
+             "video_token": "<video>"}
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *marks.values()]
+    tokenizer = bpe_tokenizer(specials, "<|im_end|>", "<|endoftext|>", INTERNVL_CHAT_TEMPLATE)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tokenizer.backend_tokenizer, eos_token="<|im_end|>",
+                                        pad_token="<|endoftext|>", extra_special_tokens=marks,
+                                        chat_template=INTERNVL_CHAT_TEMPLATE)
+    patch, size = frame_px // 8, {"height": frame_px, "width": frame_px}
+    seq = (frame_px // patch) ** 2 // 4
+    processor = InternVLProcessor(
+        image_processor=GotOcr2ImageProcessor(size=size, crop_to_patches=False),
+        video_processor=InternVLVideoProcessor(size=size), tokenizer=tokenizer, image_seq_length=seq,
+        chat_template=INTERNVL_CHAT_TEMPLATE)
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in specials}
+    config = InternVLConfig(
+        vision_config=dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                           image_size=[frame_px, frame_px], patch_size=[patch, patch]),
+        text_config=dict(model_type="qwen2", vocab_size=len(tokenizer), num_hidden_layers=layers,
+                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                         eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"], bos_token_id=None,
+                         **_text_dims(hidden)),
+        image_token_id=ids["<IMG_CONTEXT>"], image_seq_length=seq, downsample_ratio=0.5, tie_word_embeddings=False)
+    model = InternVLForConditionalGeneration(config)
     _unit_embeddings(model)
     return model, processor
