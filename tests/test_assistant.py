@@ -168,9 +168,13 @@ def test_a_question_before_any_frame_says_nothing_was_seen(adapter):
         assert [a.id for a in answers] == [qid]
         assert answers[0].text.startswith("I have not seen or heard anything yet") and answers[0].evidence_t_s == []
         assert answers[0].tokens == 0
-        for i in range(4):
-            source.push(np.zeros((56, 56, 3), np.uint8), t_s=i / 10)
-        assert wait_until(lambda: sa.stats()["blocks_encoded"] >= 1, timeout_s=30)
+        pushed = iter(range(10_000))
+
+        def encoded() -> bool:  # a live push keeps the latest frame: push one a poll until a chunk is encoded
+            source.push(np.zeros((56, 56, 3), np.uint8), t_s=next(pushed) / 10)
+            return sa.stats()["blocks_encoded"] >= 1
+
+        assert wait_until(encoded, timeout_s=60, interval_s=0.05)
         answers.clear()
         qid = sa.ask("What shape is red?")
         assert wait_until(answered, timeout_s=60)

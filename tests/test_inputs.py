@@ -9,8 +9,9 @@ import math
 import threading
 import time
 
+import numpy as np
 import pytest
-from conftest import random_frames
+from conftest import random_frames, wait_until
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -114,8 +115,16 @@ class GatedAdapter(RowByRow):
 def test_a_question_flood_gets_busy_errors_and_loses_nothing(adapter):
     gated = GatedAdapter(adapter)
     with StreamingAssistant(_cfg(question_queue_size=3), adapter=gated) as sa:
-        gated.gate.set()  # the warm-up answers at once
-        sa.start(PushSource(fps=2.0))
+        gated.gate.set()  # the warm-up answers at once, and the first chunk is encoded
+        source = PushSource(fps=2.0)
+        sa.start(source)
+        pushed = iter(range(10_000))
+
+        def encoded() -> bool:  # a stream that has seen something: its answers need a forward (held by the gate)
+            source.push(np.zeros((56, 56, 3), np.uint8), t_s=next(pushed) / 2)
+            return sa.stats()["blocks_encoded"] >= 1
+
+        assert wait_until(encoded, timeout_s=60, interval_s=0.05)
         gated.gate.clear()
         accepted, busy, errors = [], [], []
         lock = threading.Lock()

@@ -136,11 +136,12 @@ def question(recognizer: Recognizer, samples: np.ndarray, hint: str | None = Non
     return fair(recognizer).transcribe(samples, hint, key)
 
 
-class _SoundPool:
-    """At most `threads` threads (`streamvid-sound`) running blocking sound jobs; each ends after IDLE_S idle."""
+class IdlePool:
+    """At most `threads` threads named `name` running blocking jobs (decoding sound, waiting for the recogniser,
+    synthesizing speech); each ends after IDLE_S idle, so a process that stops using it keeps no thread."""
 
-    def __init__(self, threads: int):
-        self.threads = threads
+    def __init__(self, threads: int, name: str = "streamvid-sound"):
+        self.threads, self.name = threads, name
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._running = self._idle = 0
@@ -151,7 +152,7 @@ class _SoundPool:
         with self._lock:
             if self._idle == 0 and self._running < self.threads:
                 self._running += 1
-                threading.Thread(target=self._work, name="streamvid-sound", daemon=True).start()
+                threading.Thread(target=self._work, name=self.name, daemon=True).start()
         return future
 
     def _work(self) -> None:
@@ -176,7 +177,7 @@ class _SoundPool:
                     future.set_exception(e)
 
 
-_pool = _SoundPool(SOUND_THREADS)
+_pool = IdlePool(SOUND_THREADS)
 
 
 async def off_loop(job: Callable, *args):

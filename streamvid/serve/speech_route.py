@@ -25,13 +25,13 @@ import re
 import struct
 import threading
 import wave
-from concurrent.futures import ThreadPoolExecutor
 
 from fastapi import FastAPI
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from streamvid.audio.pcm import resample
+from streamvid.audio.recognition import IdlePool
 from streamvid.hub.errors import Conflict, Refused
 from streamvid.serve.errors import ServeError
 from streamvid.serve.web import GetBackend, StrictJSONResponse
@@ -106,7 +106,7 @@ class Speaker:
 
     def __init__(self, slots: int = SPEECH_SLOTS):
         self.slots = slots
-        self.pool = ThreadPoolExecutor(max_workers=slots, thread_name_prefix="streamvid-speech")
+        self.pool = IdlePool(slots, "streamvid-speech")
         self._free = threading.BoundedSemaphore(slots)
 
     def take(self) -> bool:
@@ -123,7 +123,7 @@ class Speaker:
         self._free.release()
 
     async def run(self, fn, *args):
-        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+        return await asyncio.wrap_future(self.pool.submit(fn, *args))
 
     async def stream(self, parts: list[str], tts: str, head: bytes):
         """`head`, then each piece's PCM16 as soon as it is spoken."""
