@@ -1,5 +1,5 @@
 """The frame and clip behind each alert, for the page: thumbnails for its gallery, and a clip written where the page
-can play it (the stream's alert media: streamvid/alert_media.py, kept by every hub stream).
+can play it (the stream's alert media: streamvid/media/alert_media.py, kept by every hub stream).
 
     ready_ids(sa)                              # ["a1", "a0"]: the alerts whose frame is ready, newest first
     alert_thumbnails(sa)                       # [(RGB thumbnail, "[00:14] a red hexagon", "a0"), ...], newest first

@@ -6,7 +6,7 @@ set where it binds; a bind other than loopback needs a login (STREAMVID_AUTH=USE
 
 import sys
 
-from streamvid.cli import main
+from streamvid.cli.main import main
 
 if __name__ == "__main__":
     sys.exit(main(["demo", *sys.argv[1:]]))

@@ -3,7 +3,7 @@
     streamvid demo [--model M] [--video V] [--host 127.0.0.1] [--port 7860] [--auth USER:PASS] [--tts auto]
                    [engine flags]
 
-The library's parser (`streamvid.cli.build_parser`) adds the commands registered under the `streamvid.commands`
+The library's parser (`streamvid.cli.main.build_parser`) adds the commands registered under the `streamvid.commands`
 entry point group (pyproject.toml); `register` is this package's. The library never imports the app: the app
 plugs in.
 """
@@ -17,10 +17,10 @@ import tempfile
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from streamvid.cli_engine import add_engine_args
+    from streamvid.audio.voices import best_voice
+    from streamvid.cli.engine_flags import add_engine_args
     from streamvid.hub.images import DEFAULT_MAX_PIXELS
     from streamvid_app.inputs import MAX_UPLOAD_MB
-    from streamvid.voices import best_voice
 
     dm = sub.add_parser("demo", help="the web assistant: webcam, demo clips, uploads, URLs; chat, alerts, API")
     dm.add_argument("--video", default=None, help="a video file, URL or cam:N to offer first (default: demo clips)")
@@ -54,7 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from streamvid.cli_engine import check_model, embedder_checkpoint, engine_config, offline_if_local
+    from streamvid.cli.engine_flags import check_model, embedder_checkpoint, engine_config, offline_if_local
 
     offline_if_local(args.model, embedder_checkpoint(args))
     from streamvid.hub.images import cap_decoded_pixels

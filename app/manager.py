@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from streamvid.config import EngineConfig
-from streamvid.engine import Engine
+from streamvid.engine.engine import Engine
 from streamvid.hub.hub import Hub
 from streamvid.hub.options import HubOptions
 from streamvid.hub.policy import SourcePolicy
@@ -56,7 +56,7 @@ class SessionManager:
         self.idle_timeout_s = idle_s
         self.max_sessions, self.max_sessions_per_client = max_sessions, min(per_client, max_sessions)
         self.uploads = UploadFolders(self.policy.upload_dirs, upload_quota_mb)
-        self.voice = voice  # a streamvid.voices.Voice the sessions speak their answers with (voice.py), or None
+        self.voice = voice  # a streamvid.audio.voices.Voice the sessions speak their answers with (voice.py), or None
         self._sessions: Registry[Session] = Registry("session", max_sessions, self.max_sessions_per_client)
         self._own_hub: Hub | None = None  # the hub `standalone` made: shut down with its engine at shutdown
         self._reaper = Periodic(self._reap_round, reap_every_s, name="streamvid-app-reaper",

@@ -10,7 +10,7 @@ import gradio as gr
 import gradio.utils
 from starlette.middleware import Middleware
 
-from streamvid.net_policy import is_loopback
+from streamvid.media.net_policy import is_loopback
 from streamvid_app.login import LoginThrottle, check_password
 
 
@@ -38,7 +38,7 @@ def check_bind(host: str, auth: str | None) -> tuple[str, str] | None:
 def launch(demo: gr.Blocks, host: str = "127.0.0.1", port: int | None = 7860, auth: tuple[str, str] | None = None,
            max_upload_mb: float = 200.0, block: bool = True, out: TextIO | None = None) -> gr.Blocks:
     """Serve `demo` (bound to `host`; see check_bind). `block=False` returns once the server is up; `block=True`
-    says where it serves in one line on `out` (stdout) and serves until Ctrl-C (SIGTERM: see streamvid.cli), then
+    says where it serves in one line on `out` (stdout) and serves until Ctrl-C (SIGTERM: see streamvid.cli.main), then
     closes the server without a word: the framework's own lines (its share hint, its "Keyboard interruption"
     notice) are not for a command line's user."""
     if auth is None and not is_loopback(host):

@@ -32,17 +32,17 @@ import threading
 import time
 from collections.abc import Iterator
 
-from streamvid.assistant import StreamingAssistant
-from streamvid.engine import EngineFull
+from streamvid.assistant.assistant import StreamingAssistant
+from streamvid.engine.engine import EngineFull
 from streamvid.hub.errors import Busy, HubError, NotFound, Refused
 from streamvid.hub.hub import Hub
 from streamvid.hub.policy import SourcePolicy, Target
 from streamvid.hub.shown import redact
 from streamvid.types import Frame
 from streamvid_app.chat import model_name
+from streamvid_app.session_sound import SessionSound
 from streamvid_app.transcript import Stream, Transcript
 from streamvid_app.uploads import UploadFolders
-from streamvid_app.session_sound import SessionSound
 from streamvid_app.voice import PLAYER_TIMEOUT_S, PageVoice, TalkRecording
 
 __all__ = ["Session", "SessionError", "SessionLimitError", "TRIGGERS_UNAVAILABLE", "triggers_available"]

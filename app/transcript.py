@@ -23,7 +23,7 @@ import threading
 import time
 from collections import deque
 
-from streamvid.assistant import StreamingAssistant
+from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.hub.policy import Target
 from streamvid_app.chat import alert_line, answer_line, error_line, pending_line, say_line, status_line, watching_line
 

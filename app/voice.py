@@ -1,15 +1,15 @@
 """The page's voice: answers and alerts spoken aloud in the browser, sentence by sentence as they are generated, and
 questions asked by holding the microphone ("hold to talk"). No web framework here: voice_ui.py puts it on the page.
 
-    voice = page_voice("auto")              # the best installed voice (streamvid.voices), shared by the sessions
+    voice = page_voice("auto")              # the best installed voice (streamvid.audio.voices), shared by the sessions
     pv = PageVoice(voice)                   # one per session
     pv.on_item(item)                        # the stream's outputs (fan-out thread): answer pieces, answers, alerts
     pv.interrupt(); qid = hub.ask(...); pv.asked(qid)    # a question from the page: what is spoken stops
     pv.next_clip()                          # the page's player: a WAV to play, STOP, or None (nothing to do)
     pv.next_clip(ended=True, wait_s=5.0)    # the player reached the end of its clip: the next one, without a gap
 
-Each answer is an utterance with its own `streamvid.spoken.Speaker`: its pieces are fed as they arrive, so a finished
-sentence is synthesized while the rest is still being generated, and the page plays it at once. An answer to a
+Each answer is an utterance with its own `streamvid.audio.spoken.Speaker`: its pieces are fed as they arrive, so a
+finished sentence is synthesized while the rest is still being generated, and the page plays it at once. An answer to a
 question asked some other way (by the wake word) interrupts what is being spoken, as a question typed on the page
 does (`interrupt`: every speaker cancelled, the player told to stop); an alert is spoken after what is being said.
 The player is free when it says its clip ended, or (a page that never says so) a little after the clip's length.
@@ -35,9 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
+from streamvid.audio.spoken import OUT_RATE, Speaker
+from streamvid.audio.voices import Voice, VoiceUnavailable, available_voices, load_voice
 from streamvid.hub.errors import Refused
-from streamvid.spoken import OUT_RATE, Speaker
-from streamvid.voices import Voice, VoiceUnavailable, available_voices, load_voice
 
 log = logging.getLogger(__name__)
 

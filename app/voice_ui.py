@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from streamvid.voices import best_voice
+from streamvid.audio.voices import best_voice
 from streamvid_app.api import USER_ERRORS, ArgumentError, existing_session, with_session
 from streamvid_app.manager import SessionManager
 from streamvid_app.voice import STOP

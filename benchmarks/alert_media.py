@@ -1,4 +1,4 @@
-"""What keeping alert media costs (streamvid/alert_media.py): ingest throughput with and without the ring, and the
+"""What keeping alert media costs (streamvid/media/alert_media.py): ingest throughput with and without the ring, and the
 memory of the ring and the media store over a simulated long stream with an alert a minute.
 
     python benchmarks/alert_media.py                     # all three parts, JSON on stdout
@@ -46,9 +46,9 @@ def upscaled(seconds: float, px: int, out: Path) -> Path:
 
 
 def ingest(video: Path, repeats: int) -> dict:
-    from streamvid.assistant import StreamingAssistant
+    from streamvid.assistant.assistant import StreamingAssistant
     from streamvid.config import EngineConfig
-    from streamvid.sources import FileSource
+    from streamvid.media.sources import FileSource
 
     config = EngineConfig.from_settings(frame_px=112, device="cpu")
     watches = [(0.0, "a red hexagon"), (0.0, "a yellow star")]
@@ -88,8 +88,8 @@ def ingest(video: Path, repeats: int) -> dict:
 def decode(video: Path, repeats: int) -> dict:
     """CPU time per sampled frame of the source alone (decode, convert): without a full-size consumer, and with
     the ring of an AlertMedia taking every frame."""
-    from streamvid.alert_media import AlertMedia
-    from streamvid.sources import FileSource
+    from streamvid.media.alert_media import AlertMedia
+    from streamvid.media.sources import FileSource
 
     out = {}
     for _ in range(repeats):
@@ -107,7 +107,7 @@ def decode(video: Path, repeats: int) -> dict:
 
 def encode(repeats: int) -> dict:
     """CPU time of one alert's media (a JPEG and a 29-frame clip: 10 s before, 4 s after at 2 fps), per frame size."""
-    from streamvid.clip_encoding import jpeg, mp4_bytes
+    from streamvid.media.clip_encoding import jpeg, mp4_bytes
     from streamvid.types import Frame
 
     out = {}
@@ -127,7 +127,7 @@ def encode(repeats: int) -> dict:
 
 
 def memory(minutes: float, width: int, height: int, ring_mb: float, store_mb: float) -> dict:
-    from streamvid.alert_media import AlertMedia
+    from streamvid.media.alert_media import AlertMedia
     from streamvid.types import Alert, Frame
 
     fps = 2.0

@@ -21,16 +21,16 @@ from pathlib import Path
 
 import torch
 
-from streamvid.assets import DEMO_VIDEOS
 from streamvid.adapters.base import load_adapter
-from streamvid.assistant import StreamingAssistant
-from streamvid.budget import KVShape, budgets
+from streamvid.assets import DEMO_VIDEOS
+from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.config import BUNDLED_MODEL, EngineConfig
 from streamvid.eval.metrics import score
 from streamvid.eval.score import load_episodes
-from streamvid.memory import StoredBlock
-from streamvid.positions import layout
-from streamvid.sources import FileSource
+from streamvid.kv.budget import KVShape, budgets
+from streamvid.kv.memory import StoredBlock
+from streamvid.kv.positions import layout
+from streamvid.media.sources import FileSource
 from streamvid.types import Question
 
 CHOICES = [("float", 1.0), ("int8", 1.0), ("int4", 1.0), ("int8", 0.75), ("int8", 0.5), ("float", 0.5)]

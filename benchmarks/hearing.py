@@ -173,7 +173,7 @@ def run_cli(path: Path, *flags: str) -> dict:
 
     def read_err() -> None:
         for line in proc.stderr:
-            if "budgets" not in stamps and "streamvid.cli: window" in line:
+            if "budgets" not in stamps and "streamvid.cli.main: window" in line:
                 stamps["budgets"] = time.perf_counter() - t0
             err_tail.append(line.rstrip())
             del err_tail[:-20]
@@ -193,10 +193,10 @@ def run_cli(path: Path, *flags: str) -> dict:
 
 def replay_in_process(path: Path) -> list[dict]:
     """What `streamvid run PATH` does for a file (defaults), in this process: the transcript outputs."""
-    from streamvid.assistant import StreamingAssistant
-    from streamvid.cli import build_parser
-    from streamvid.cli_engine import engine_config, offline_if_local
-    from streamvid.sources import open_source
+    from streamvid.assistant.assistant import StreamingAssistant
+    from streamvid.cli.engine_flags import engine_config, offline_if_local
+    from streamvid.cli.main import build_parser
+    from streamvid.media.sources import open_source
 
     args = build_parser().parse_args(["run", str(path)])
     offline_if_local(args.model)
@@ -213,10 +213,10 @@ def replay_in_process(path: Path) -> list[dict]:
 def realtime_child(path: str) -> dict:
     """What `streamvid run PATH --realtime` does, with arrival times (seconds after pacing started) of each
     transcript output and of each speech block in the window."""
-    from streamvid.assistant import StreamingAssistant
-    from streamvid.cli import build_parser
-    from streamvid.cli_engine import engine_config, offline_if_local
-    from streamvid.sources import open_source
+    from streamvid.assistant.assistant import StreamingAssistant
+    from streamvid.cli.engine_flags import engine_config, offline_if_local
+    from streamvid.cli.main import build_parser
+    from streamvid.media.sources import open_source
 
     args = build_parser().parse_args(["run", path, "--realtime"])
     offline_if_local(args.model)
@@ -337,7 +337,7 @@ def bench(work: Path, quick: bool) -> int:
         "streamvid run DIR/shapes_S.mp4   (the transcript lines)"]
 
     # real footage: gradio's world.mp4 with speech muxed in (in this process, as `streamvid run` replays a file)
-    from streamvid.voices import load_voice
+    from streamvid.audio.voices import load_voice
 
     world: dict = {}
     for voice_name in VOICES:
@@ -365,7 +365,7 @@ def bench(work: Path, quick: bool) -> int:
     try:
         from streamvid.audio.asr import load_recognizer
         from streamvid.audio.vad import Segmenter
-        from streamvid.sources import FileSource
+        from streamvid.media.sources import FileSource
 
         sphinx = load_recognizer("pocketsphinx")
         summary["recognition_pocketsphinx"] = {}

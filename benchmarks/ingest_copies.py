@@ -23,9 +23,9 @@ import numpy as np
 import torch
 
 from streamvid.checkpoints.random_arch import random_adapter
-from streamvid.kv_window import Block, KVWindow
-from streamvid.positions import concat
-from streamvid.window_buffer import WindowBuffer
+from streamvid.kv.positions import concat
+from streamvid.kv.window import Block, KVWindow
+from streamvid.kv.window_buffer import WindowBuffer
 
 
 def _sync(adapter) -> None:

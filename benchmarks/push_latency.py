@@ -22,9 +22,9 @@ import time
 from pathlib import Path
 
 from streamvid.assets import DEMO_VIDEOS
-from streamvid.assistant import StreamingAssistant
+from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.config import BUNDLED_MODEL, EngineConfig
-from streamvid.sources import FileSource, PushSource
+from streamvid.media.sources import FileSource, PushSource
 
 
 def summary(ms: list[float]) -> dict:

@@ -35,11 +35,11 @@ import torch
 import torch.nn.functional as F
 
 from streamvid.adapters.base import adapter_for
+from streamvid.adapters.embedders import make_embedder
 from streamvid.config import BUNDLED_MODEL, EngineConfig
-from streamvid.embedders import make_embedder
 from streamvid.eval.recall import frames_in_span
 from streamvid.eval.score import load_episodes
-from streamvid.sources import FileSource
+from streamvid.media.sources import FileSource
 from streamvid.synth.questions import frames_show, mentions
 from streamvid.synth.world import Timeline
 from streamvid.training.retrieval_recall import RecallTally, recall

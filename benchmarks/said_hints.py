@@ -19,9 +19,9 @@ from pathlib import Path
 
 from streamvid.audio.asr import load_recognizer
 from streamvid.audio.vad import Segmenter
-from streamvid.sources import FileSource
-from streamvid.speech_index import holds
-from streamvid.speech_triggers import Listening
+from streamvid.engine.speech_triggers import Listening
+from streamvid.kv.speech_index import holds
+from streamvid.media.sources import FileSource
 
 
 def main() -> None:

@@ -27,15 +27,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from streamvid.adapters.row_by_row import RowByRow
 from streamvid.adapters.base import load_adapter
-from streamvid.assistant import StreamingAssistant
+from streamvid.adapters.row_by_row import RowByRow
+from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
+from streamvid.engine.proactive import ChangeGate
+from streamvid.engine.reasoning import scene_features
 from streamvid.eval.score import load_episodes
 from streamvid.eval.timeliness import Gold, Question, report
-from streamvid.proactive import ChangeGate
-from streamvid.reasoning import scene_features
-from streamvid.sources import FileSource
+from streamvid.media.sources import FileSource
 
 _PAIR = re.compile(r"Is there an? (\w+) (\w+) now\?")
 

@@ -26,10 +26,10 @@ from pathlib import Path
 import torch
 
 from streamvid.adapters.base import adapter_for
-from streamvid.assistant import StreamingAssistant
+from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
-from streamvid.ingest import speech_line
-from streamvid.sources import FileSource
+from streamvid.engine.ingest import speech_line
+from streamvid.media.sources import FileSource
 from streamvid.types import Context
 
 SPEECH = ("realtime_said", "backward_said_at_time", "when_said")

@@ -36,7 +36,7 @@ from alerts_run import seeds  # (benchmarks/: "1001-1010,1020" -> the seeds)
 from streamvid.eval.metrics import normalise, score
 
 # by default not backward_at_time (`--families backward_at_time` asks it): its times are spoken digit by digit
-# ("zero four thirteen") and heard as "4.13" or "413" (streamvid/spoken_times.py reads those)
+# ("zero four thirteen") and heard as "4.13" or "413" (streamvid/language/spoken_times.py reads those)
 FAMILIES = ("realtime_colour", "realtime_shape", "realtime_count", "realtime_exists", "backward_colour",
             "backward_shape")
 

@@ -28,12 +28,12 @@ from pathlib import Path
 import numpy as np
 
 from streamvid.adapters.base import load_adapter
-from streamvid.assistant import StreamingAssistant
+from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
+from streamvid.engine.proactive import ChangeGate, FiringRule, Thresholds
 from streamvid.eval.score import load_episodes
 from streamvid.eval.timeliness import Gold, Question, report
-from streamvid.proactive import ChangeGate, FiringRule, Thresholds
-from streamvid.sources import FileSource
+from streamvid.media.sources import FileSource
 
 
 def record(ep: dict, adapter, cfg: EngineConfig) -> dict:

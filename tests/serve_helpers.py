@@ -16,9 +16,9 @@ import uvicorn
 from fastapi import FastAPI
 from PIL import Image
 
-from streamvid.assistant import StreamingAssistant
+from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
-from streamvid.engine import Engine
+from streamvid.engine.engine import Engine
 from streamvid.types import Frame
 
 

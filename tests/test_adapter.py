@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from conftest import random_frames
-from streamvid.types import Context
 from streamvid.adapters.qwen2_5_vl import QwenVLAdapter
-from streamvid.kv_window import Block
-from streamvid.positions import concat
+from streamvid.kv.positions import concat
+from streamvid.kv.window import Block
+from streamvid.types import Context
 
 
 def test_chunk_by_chunk_prefill_equals_one_forward(adapter):

@@ -1,5 +1,5 @@
-"""The frame and clip behind an alert (streamvid/alert_media.py): the snapshot is the frame the alert fired on at the
-source's size, the clip spans [t_s - before, t_s + after] in H.264, both checked against the source decoded on its
+"""The frame and clip behind an alert (streamvid/media/alert_media.py): the snapshot is the frame the alert fired on
+at the source's size, the clip spans [t_s - before, t_s + after] in H.264, both checked against the source decoded on its
 own with PyAV; the ring and the store stay within their caps; bad input is a warning and alerts go on."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from PIL import Image
 
 from conftest import wait_until
 from streamvid import assets
-from streamvid.alert_media import AlertMedia, UnknownAlert
+from streamvid.media.alert_media import AlertMedia, UnknownAlert
 from streamvid.types import Alert, Frame
 
 BIG_PX = 448  # the demo clip upscaled: frames larger than the model's 112 px
@@ -61,9 +61,9 @@ def big_clip(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def fired(big_clip):
     """The bundled model watching the 448-px clip live (a reader thread, the engine's scheduler), media in RAM."""
-    from streamvid.assistant import StreamingAssistant
+    from streamvid.assistant.assistant import StreamingAssistant
     from streamvid.config import EngineConfig
-    from streamvid.sources import FileSource
+    from streamvid.media.sources import FileSource
 
     sa = StreamingAssistant(EngineConfig.from_settings(frame_px=112, device="cpu"))
     media = sa.keep_alert_media()
@@ -224,7 +224,7 @@ def test_a_clip_is_ready_once_the_seconds_after_the_alert_have_arrived():
 
 
 def test_unknown_ids_missing_frames_and_unwritable_folders_are_one_line_each(tmp_path, caplog):
-    caplog.set_level(logging.WARNING, logger="streamvid.alert_media")
+    caplog.set_level(logging.WARNING, logger="streamvid.media.alert_media")
     media = AlertMedia(FPS, before_s=2.0, after_s=1.0)
     with pytest.raises(UnknownAlert, match=r"^no alert 'a7' on this stream$"):
         media.snapshot("a7")
@@ -273,12 +273,13 @@ def test_a_folder_keeps_alerts_across_runs_and_ids_continue(tmp_path):
 
 
 def test_sources_hand_over_full_size_frames_only_while_asked(big_clip, monkeypatch):
-    import streamvid.decoding
-    from streamvid.sources import FileSource
+    import streamvid.media.decoding
+    from streamvid.media.sources import FileSource
 
     calls = []
-    to_rgb = streamvid.decoding.to_rgb
-    monkeypatch.setattr(streamvid.decoding, "to_rgb", lambda frame, size: calls.append(size) or to_rgb(frame, size))
+    to_rgb = streamvid.media.decoding.to_rgb
+    monkeypatch.setattr(streamvid.media.decoding, "to_rgb",
+                        lambda frame, size: calls.append(size) or to_rgb(frame, size))
     plain = FileSource(big_clip, fps=1.0, size=112, t_end_s=6.0)
     frames = list(iter(plain.read, None))
     assert len(frames) == 6 and calls == [112] * 6  # no full-size conversion, and none of the skipped frames

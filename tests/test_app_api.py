@@ -17,13 +17,13 @@ from gradio_client.exceptions import AppError, AuthenticationError
 from PIL import Image
 
 from streamvid.assets import DEMO_VIDEOS
-from streamvid_app.manager import SessionManager
-from streamvid_app.sessions import triggers_available
-from streamvid_app.server import check_bind, launch, upload_folder
-from streamvid_app.ui import build_demo
-from streamvid.assistant import StreamingAssistant
+from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
-from streamvid.sources import FileSource
+from streamvid.media.sources import FileSource
+from streamvid_app.manager import SessionManager
+from streamvid_app.server import check_bind, launch, upload_folder
+from streamvid_app.sessions import triggers_available
+from streamvid_app.ui import build_demo
 
 CLIP = "shapes_7"
 CONFIG = EngineConfig.from_settings(frame_px=112, max_new_tokens=12)

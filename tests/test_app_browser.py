@@ -19,9 +19,9 @@ import numpy as np
 import pytest
 
 from streamvid.assets import DEMO_VIDEOS
-from streamvid_app.manager import SessionManager
 from streamvid.config import EngineConfig
-from streamvid.sources import FileSource
+from streamvid.media.sources import FileSource
+from streamvid_app.manager import SessionManager
 
 pytestmark = pytest.mark.browser
 

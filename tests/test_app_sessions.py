@@ -11,14 +11,14 @@ import pytest
 from conftest import random_frames
 
 from streamvid.adapters.row_by_row import RowByRow
-from streamvid.engine import Engine
-from streamvid_app.chat import clock
-from streamvid_app.manager import SessionManager
-from streamvid_app.sessions import Session, SessionError, SessionLimitError
 from streamvid.config import EngineConfig
+from streamvid.engine.engine import Engine
 from streamvid.hub.hub import Hub
 from streamvid.hub.options import HubOptions
 from streamvid.hub.policy import SourcePolicy, SourceRefused
+from streamvid_app.chat import clock
+from streamvid_app.manager import SessionManager
+from streamvid_app.sessions import Session, SessionError, SessionLimitError
 
 
 def wait_until(condition, timeout_s: float = 60.0, what: str = "condition") -> None:

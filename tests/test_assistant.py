@@ -11,9 +11,9 @@ import pytest
 from conftest import wait_until
 
 from streamvid.adapters.row_by_row import RowByRow
-from streamvid.assistant import BusyError, StreamingAssistant
+from streamvid.assistant.assistant import BusyError, StreamingAssistant
 from streamvid.config import EngineConfig
-from streamvid.sources import FileSource, PushSource
+from streamvid.media.sources import FileSource, PushSource
 
 
 def _cfg(**kw) -> EngineConfig:

@@ -18,8 +18,8 @@ from conftest import random_frames
 from streamvid.adapters import batching
 from streamvid.adapters.base import load_adapter
 from streamvid.config import BUNDLED_MODEL
-from streamvid.kv_window import Block
-from streamvid.positions import concat
+from streamvid.kv.positions import concat
+from streamvid.kv.window import Block
 from streamvid.types import ChunkJob, Context, Encoded
 
 FAMILIES = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision", "llava-next-video", "smolvlm2", "internvl3.5")

@@ -8,12 +8,12 @@ import pytest
 import torch
 from conftest import random_frames
 
-from streamvid.assistant import StreamingAssistant
-from streamvid.budget import KVShape, budgets, stored_block_bytes
+from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
-from streamvid.kv_window import Block
-from streamvid.memory import StoredBlock
-from streamvid.sources import SyntheticSource
+from streamvid.kv.budget import KVShape, budgets, stored_block_bytes
+from streamvid.kv.memory import StoredBlock
+from streamvid.kv.window import Block
+from streamvid.media.sources import SyntheticSource
 
 # Qwen/Qwen2.5-VL-7B-Instruct config.json (the fields that size the KV cache), as published
 QWEN25_VL_7B = {"model_type": "qwen2_5_vl", "hidden_size": 3584, "num_attention_heads": 28,

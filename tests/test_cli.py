@@ -85,7 +85,7 @@ def _demo_parser():
 
 @pytest.mark.parametrize("argv", [["run", "v.mp4"], ["score", "e.jsonl"], ["demo"], ["serve"]])
 def test_dialogue_turns_flag_reaches_the_engine_config(argv):
-    from streamvid.cli import build_parser, engine_config
+    from streamvid.cli.main import build_parser, engine_config
 
     parser = _demo_parser() if argv[0] == "demo" else build_parser()
     assert engine_config(parser.parse_args(argv)).generation.dialogue_turns == 2  # run, score, demo, serve alike
@@ -110,7 +110,7 @@ def _other_values(default):
 def test_every_engine_setting_has_its_flag_on_every_engine_command(command):
     """The flags are generated from the config's sections: each setting with help is a flag of run, score, demo
     and serve, and the value given reaches that setting (and only it)."""
-    from streamvid.cli import build_parser, engine_config
+    from streamvid.cli.main import build_parser, engine_config
     from streamvid.config import DEFAULTS, setting_fields
 
     parser = _demo_parser() if command == "demo" else build_parser()
@@ -144,7 +144,7 @@ def test_every_engine_setting_has_its_flag_on_every_engine_command(command):
     assert engine_config(parser.parse_args(argv)).frame_px == 112
     assert engine_config(parser.parse_args([*argv, "--frame-px", "224"])).frame_px == 224
     # a report names the settings that differ from what this model gets by default: not the folder's frame size
-    from streamvid.model_folder import model_settings
+    from streamvid.adapters.model_folder import model_settings
 
     config = engine_config(parser.parse_args(argv))
     assert config.changed(model_settings(config.model)) == {}
@@ -152,7 +152,7 @@ def test_every_engine_setting_has_its_flag_on_every_engine_command(command):
 
 
 def test_negative_dialogue_turns_is_one_line(capsys):
-    from streamvid.cli import main
+    from streamvid.cli.main import main
 
     assert main(["run", "clip.mp4", "--dialogue-turns", "-1"]) == 2
     err = capsys.readouterr().err

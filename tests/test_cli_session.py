@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from test_cli import run, world_mp4
 
-from streamvid import session_store
+from streamvid.assistant import session_store
 
 
 def _lines(p: subprocess.CompletedProcess) -> list[dict]:
@@ -107,7 +107,7 @@ def test_interrupting_a_live_run_prints_the_stats_line_and_saves(tiny_model_dir,
 
 
 def test_autosave_keeps_a_killed_live_run(tiny_model_dir, adapter, tmp_path):
-    from streamvid.assistant import StreamingAssistant
+    from streamvid.assistant.assistant import StreamingAssistant
 
     session = tmp_path / "s"
     p = subprocess.Popen([sys.executable, "-m", "streamvid.cli", "run", str(world_mp4()), "--realtime",

@@ -1,5 +1,5 @@
-"""Retrieval embedders (streamvid/embedders.py): the model's own vectors by default, exactly as before; a CLIP or
-SigLIP checkpoint behind the same interface (tiny random ones built here, no download), from ingest to retrieval;
+"""Retrieval embedders (streamvid/adapters/embedders.py): the model's own vectors by default, exactly as before; a CLIP
+or SigLIP checkpoint behind the same interface (tiny random ones built here, no download), from ingest to retrieval;
 sessions refuse to mix embedders; the CLI flag."""
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ import torch
 from conftest import random_frames
 from test_reasoning import SpyAdapter, holds_block, fill_chunks, sample_frame
 
-from streamvid.types import Encoded
-from streamvid.assistant import StreamingAssistant
-from streamvid.cli import build_parser, engine_config, main
+from streamvid.adapters.embedders import FORMS, ModelEmbedder, distinct_rows, embedder_name, make_embedder
+from streamvid.assistant.assistant import StreamingAssistant
+from streamvid.assistant.session_store import SnapshotError, check_embedder
+from streamvid.cli.main import build_parser, engine_config, main
 from streamvid.config import EngineConfig
-from streamvid.embedders import FORMS, ModelEmbedder, distinct_rows, embedder_name, make_embedder
-from streamvid.positions import concat
-from streamvid.session_store import SnapshotError, check_embedder
+from streamvid.kv.positions import concat
+from streamvid.types import Encoded
 from streamvid.types import Question
 
 CLIP_DIM = 24
@@ -167,7 +167,7 @@ def test_default_engine_stores_and_searches_the_adapters_vectors(adapter):
 
 
 def _sink_block(enc):
-    from streamvid.kv_window import Block
+    from streamvid.kv.window import Block
 
     return Block(id=-1, t_start_s=0.0, t_end_s=0.0, keys=enc.keys, values=enc.values, pos_start=0,
                  pos_span=enc.pos_span)

@@ -22,10 +22,10 @@ import torch
 from conftest import random_frames
 
 from streamvid.adapters.base import adapter_class, load_adapter
-from streamvid.assistant import StreamingAssistant
+from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
-from streamvid.kv_window import Block
-from streamvid.positions import concat
+from streamvid.kv.positions import concat
+from streamvid.kv.window import Block
 from streamvid.types import Context, Frame, Question
 
 ARCHS = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision", "llava-next-video", "smolvlm2", "internvl3.5")
@@ -422,7 +422,7 @@ def test_retrieval_brings_a_planted_block_into_the_context(fam):
 def test_make_tiny_and_run_work_from_the_command_line(arch, tmp_path, capsys):
     from test_cli import world_mp4
 
-    from streamvid.cli import main
+    from streamvid.cli.main import main
 
     assert main(["make-tiny", "--arch", arch, "--out", str(tmp_path / "m")]) == 0
     capsys.readouterr()

@@ -15,7 +15,7 @@ import pytest
 
 from serve_helpers import running
 from streamvid.config import EngineConfig
-from streamvid.engine import Engine
+from streamvid.engine.engine import Engine
 from streamvid.serve import ServeOptions, build_app
 from streamvid.serve.front_door import Door, Throttle, host_name
 from streamvid.serve.server import check_bind

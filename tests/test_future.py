@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streamvid.future import acknowledgement, parse_request, probe_for
+from streamvid.language.future import acknowledgement, parse_request, probe_for
 
 BLUE_STAR = "Is there a blue star now? Answer yes or no."
 

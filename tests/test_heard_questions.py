@@ -10,11 +10,11 @@ import shutil
 import numpy as np
 import pytest
 
+from streamvid.audio.voices import EspeakVoice, Voice
 from streamvid.synth.questions import QA
 from streamvid.training.config import TrainConfig
 from streamvid.training.data import TrainingData, asked_aloud
 from streamvid.training.heard import hear_questions, load, question_texts, save, training_voices
-from streamvid.voices import EspeakVoice, Voice
 
 
 class Tone(Voice):

@@ -24,13 +24,13 @@ import numpy as np
 import pytest
 
 from streamvid.assets import demo_clip
-from streamvid.assistant import StreamingAssistant
+from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.audio.pcm import RATE, AudioChunk, file_audio, pcm16_samples, wav_samples
 from streamvid.audio.vad import WINDOW, Segmenter
 from streamvid.config import EngineConfig
-from streamvid.sources import FileSource
-from streamvid.speech_index import holds, words
-from streamvid.speech_triggers import Heard, heard_condition
+from streamvid.engine.speech_triggers import Heard, heard_condition
+from streamvid.kv.speech_index import holds, words
+from streamvid.media.sources import FileSource
 
 SPEECH = [(3.0, "where are my keys"), (12.0, "stop"), (20.0, "the keys are on the table")]
 CLIP_S = 30.0
@@ -360,8 +360,8 @@ class _Stuck:
 
 def test_a_stuck_recogniser_holds_up_no_stream(adapter):
     from conftest import random_frames, wait_until
-    from streamvid.engine import Engine
-    from streamvid.hearing import Hearing
+    from streamvid.assistant.hearing import Hearing
+    from streamvid.engine.engine import Engine
     from streamvid.types import Frame
 
     engine = Engine(EngineConfig.from_settings(device="cpu", frame_px=56), adapter)
@@ -409,8 +409,8 @@ class _Hints:
 
 def test_the_recogniser_is_told_the_phrases_asked_to_hear_from_when_they_were_asked(adapter):
     from conftest import wait_until
-    from streamvid.engine import Engine
-    from streamvid.hearing import Hearing
+    from streamvid.assistant.hearing import Hearing
+    from streamvid.engine.engine import Engine
 
     engine = Engine(EngineConfig.from_settings(device="cpu", frame_px=56), adapter)
     stream = engine.open()
@@ -450,7 +450,7 @@ def _drain(stream):
 def test_a_live_source_demuxes_its_sound_beside_the_frames(talk):
     import threading
 
-    from streamvid.sources import LiveSource
+    from streamvid.media.sources import LiveSource
 
     path, _, placed = talk
     src = LiveSource(str(path), fps=2.0)
@@ -469,9 +469,9 @@ def test_a_live_source_demuxes_its_sound_beside_the_frames(talk):
 
 def test_pushed_sound_is_heard_and_going_back_is_one_line(adapter, tmp_path):
     from conftest import wait_until
-    from streamvid.engine import Engine
-    from streamvid.hearing import Hearing
+    from streamvid.assistant.hearing import Hearing
     from streamvid.audio.asr import load_recognizer
+    from streamvid.engine.engine import Engine
 
     engine = Engine(EngineConfig.from_settings(device="cpu", frame_px=56), adapter)
     stream = engine.open()

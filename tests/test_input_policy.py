@@ -18,7 +18,7 @@ import pytest
 
 from streamvid.hub.options import HubOptions
 from streamvid.hub.policy import SourcePolicy, SourceRefused
-from streamvid.net_policy import AddressRefused, public_address
+from streamvid.media.net_policy import AddressRefused, public_address
 
 PX, FPS, SECONDS = 32, 4, 3
 LOOPBACK = "127.0.0.1 is a loopback address: URLs may only reach public hosts (--allow-private-urls)"
@@ -224,8 +224,8 @@ def test_the_demo_flags_reach_the_hub(monkeypatch, capsys):
     from PIL import Image
     from streamvid_app.manager import SessionManager
 
-    import streamvid.cli
-    import streamvid.cli_engine
+    import streamvid.cli.engine_flags
+    import streamvid.cli.main
 
     seen = {}
 
@@ -233,13 +233,13 @@ def test_the_demo_flags_reach_the_hub(monkeypatch, capsys):
         seen.update(options=options, **kwargs)
         raise ValueError("hub made")
 
-    monkeypatch.setattr(streamvid.cli_engine, "check_model", lambda model: None)  # no model: the hub stops it
+    monkeypatch.setattr(streamvid.cli.engine_flags, "check_model", lambda model: None)  # no model: the hub stops it
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", Image.MAX_IMAGE_PIXELS)  # demo caps PIL process-wide: restored
     monkeypatch.setattr(SessionManager, "standalone", standalone)
     monkeypatch.delenv("STREAMVID_AUTH", raising=False)
-    assert streamvid.cli.main(["demo", "--host", "127.0.0.1"]) == 2
+    assert streamvid.cli.main.main(["demo", "--host", "127.0.0.1"]) == 2
     assert seen["options"] == HubOptions(stream_idle_timeout_s=600.0) and seen["max_upload_mb"] == 200.0
-    assert streamvid.cli.main(["demo", "--host", "127.0.0.1", "--max-frame-pixels", "1000", "--allow-private-urls",
+    assert streamvid.cli.main.main(["demo", "--host", "127.0.0.1", "--max-frame-pixels", "1000", "--allow-private-urls",
                                "--max-outage-s", "60", "--idle-timeout-s", "30", "--max-upload-mb", "5"]) == 2
     assert seen["options"] == HubOptions(max_frame_pixels=1000, allow_private_urls=True, max_outage_s=60.0,
                                          stream_idle_timeout_s=30.0) and seen["max_upload_mb"] == 5.0

@@ -15,15 +15,15 @@ from conftest import random_frames, wait_until
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streamvid import user_text
 from streamvid.adapters.row_by_row import RowByRow
-from streamvid.assistant import BusyError, StreamingAssistant
-from streamvid.cli import main
-from streamvid.cli_run import parse_ask
+from streamvid.assistant.assistant import BusyError, StreamingAssistant
+from streamvid.cli.main import main
+from streamvid.cli.run import parse_ask
 from streamvid.config import SETTINGS, EngineConfig
+from streamvid.engine.reasoning import stream_times
 from streamvid.eval.score import load_episodes
-from streamvid.reasoning import stream_times
-from streamvid.sources import PushSource, SyntheticSource
+from streamvid.language import user_text
+from streamvid.media.sources import PushSource, SyntheticSource
 
 # no per-example deadline anywhere (the suite's profile, conftest.py); the properties that write files or run the
 # engine also say so themselves, with a bounded max_examples

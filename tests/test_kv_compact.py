@@ -11,8 +11,8 @@ import torch
 
 from streamvid.assets import DEMO_VIDEOS
 from streamvid.config import BUNDLED_MODEL, EngineConfig
-from streamvid.budget import INT4_GROUP
-from streamvid.kv_compact import (
+from streamvid.kv.budget import INT4_GROUP
+from streamvid.kv.compact import (
     compact_tensors,
     dequantize,
     dequantize_keys4,
@@ -27,8 +27,8 @@ from streamvid.kv_compact import (
     restore,
     unpack4,
 )
-from streamvid.kv_window import Block
-from streamvid.memory import LongTermMemory, StoredBlock, read_block, write_block
+from streamvid.kv.memory import LongTermMemory, StoredBlock, read_block, write_block
+from streamvid.kv.window import Block
 
 DEMO = DEMO_VIDEOS / "shapes_7"
 
@@ -178,8 +178,8 @@ def test_bundled_model_answers_memory_questions_the_same_from_int8_memory(bundle
     and the same answer text with int8 long-term KV as with full-precision long-term KV; with int4, the same
     blocks and all but at most one answer the same (on 900 held-out questions int4 changed 46 answers and memory
     accuracy by half a point, benchmarks/RESULTS.md)."""
-    from streamvid.assistant import StreamingAssistant
-    from streamvid.sources import FileSource
+    from streamvid.assistant.assistant import StreamingAssistant
+    from streamvid.media.sources import FileSource
 
     video, qs = memory_questions()
     assert len(qs) == 18

@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from streamvid.kv_window import Block, KVWindow
+from streamvid.kv.window import Block, KVWindow
 
 
 def block(i: int, n_tokens: int, pos_start: int = 0) -> Block:

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from streamvid.kv_window import Block
-from streamvid.memory import LongTermMemory
+from streamvid.kv.memory import LongTermMemory
+from streamvid.kv.window import Block
 
 DIM = 16
 

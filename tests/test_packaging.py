@@ -96,7 +96,7 @@ def test_the_wheel_installs_the_app_as_streamvid_app_and_registers_demo(wheel):
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     text = wheel.read(entry_points).decode()
     assert "[streamvid.commands]" in text and "demo = streamvid_app.cli:register" in text
-    assert "streamvid = streamvid.cli:main" in text
+    assert "streamvid = streamvid.cli.main:main" in text
 
 
 def test_the_readme_gives_a_cpu_only_install_of_the_pinned_torch():

@@ -9,9 +9,9 @@ import pytest
 import torch
 from conftest import random_frames
 
+from streamvid.kv.positions import concat, layout, move_block, rotate_keys
+from streamvid.kv.window import Block
 from streamvid.types import Context
-from streamvid.kv_window import Block
-from streamvid.positions import concat, layout, move_block, rotate_keys
 
 TOL = 1e-4
 
@@ -150,11 +150,11 @@ def rebase_runs():
     Returns {name: (rebases, [(task, answer output), ...])}."""
     from streamvid.adapters.base import load_adapter
     from streamvid.assets import DEMO_VIDEOS
-    from streamvid.assistant import StreamingAssistant
+    from streamvid.assistant.assistant import StreamingAssistant
     from streamvid.config import BUNDLED_MODEL, EngineConfig
     from streamvid.eval.score import load_episodes
-    from streamvid.kv_window import KVWindow
-    from streamvid.sources import FileSource
+    from streamvid.kv.window import KVWindow
+    from streamvid.media.sources import FileSource
 
     adapter = load_adapter(str(BUNDLED_MODEL))
     episode = load_episodes(DEMO_VIDEOS / "shapes_7" / "episodes.jsonl")[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streamvid.proactive import ChangeGate, FiringRule, NarrationPolicy, Thresholds, novelty, same_remark
+from streamvid.engine.proactive import ChangeGate, FiringRule, NarrationPolicy, Thresholds, novelty, same_remark
 
 
 class FakeClock:

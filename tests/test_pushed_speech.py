@@ -20,11 +20,11 @@ import numpy as np
 import pytest
 
 from conftest import random_frames, wait_until
+from streamvid.assistant.hearing import Hearing
 from streamvid.audio.pcm import RATE
 from streamvid.audio.vad import WINDOW, Segmenter
 from streamvid.config import EngineConfig
-from streamvid.engine import Engine
-from streamvid.hearing import Hearing
+from streamvid.engine.engine import Engine
 from streamvid.types import Frame
 
 
@@ -118,7 +118,7 @@ def test_a_resumed_sessions_sound_is_moved_by_its_offset_once(live):
 def test_untimed_sound_flows_on_and_after_a_pause_resumes_where_the_video_is(live):
     import time
 
-    from streamvid.hearing import PAUSE_S
+    from streamvid.assistant.hearing import PAUSE_S
 
     _, stream, hearing = live
     frames = random_frames(9, seed=3, px=56)

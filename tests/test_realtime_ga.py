@@ -25,11 +25,11 @@ import pytest
 from serve_helpers import engine_answer, frames_taken, png, running, wait_until
 
 from streamvid.config import EngineConfig
-from streamvid.engine import Engine
+from streamvid.engine.engine import Engine
 from streamvid.eval.wer import words
+from streamvid.media.sources import FileSource
 from streamvid.serve import ServeOptions, build_app
 from streamvid.serve.client_secrets import ClientSecrets
-from streamvid.sources import FileSource
 
 openai = pytest.importorskip("openai")
 pytest.importorskip("websockets")

@@ -8,9 +8,9 @@ import torch
 
 from conftest import random_frames
 from streamvid.adapters.row_by_row import RowByRow
-from streamvid.assistant import StreamingAssistant
+from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
-from streamvid.reasoning import stream_times
+from streamvid.engine.reasoning import stream_times
 from streamvid.types import Frame, Question
 
 
@@ -145,7 +145,7 @@ def test_questions_do_not_change_the_chunking_and_answers_end_on_the_latest_fram
     """Questions between chunk boundaries leave the window and memory exactly as a run without questions has them
     (the same chunks, the same KV); each answer's context ends with a block of the frames since the last whole
     chunk (the latest frame alone at a boundary), equal to encoding those frames, padded, on top of the window."""
-    from streamvid.sources import SyntheticSource
+    from streamvid.media.sources import SyntheticSource
 
     frames = [random_frames(1, seed=300 + i)[0] for i in range(24)]  # 2 fps: 12 s, 12 chunks
 
@@ -168,7 +168,7 @@ def test_questions_do_not_change_the_chunking_and_answers_end_on_the_latest_fram
     # at 3.2 s the frames up to 3.0 s (index 6) are in and chunk [3.0, 3.5] is unfinished: the tail is frame 6
     # alone; at 6.0 s frame 12 starts a chunk: again that frame alone. Reference: a fresh session fed the same
     # frames, and the adapter's own encoding of the frame (padded) on top of its window.
-    from streamvid.positions import concat
+    from streamvid.kv.positions import concat
 
     for context, latest in zip(spy.contexts, (6, 12), strict=True):
         ref = StreamingAssistant(EngineConfig.from_settings(model="unused", window_tokens=40, memory_top_k=0),
@@ -189,8 +189,8 @@ def test_memory_keeps_each_block_as_encoded_after_the_sinks_alone(adapter, encod
     """memory_encoding "sinks": a block in long-term memory holds the chunk's KV as a forward of the sinks and
     that chunk alone gives it (what train-tiny lays retrieved blocks out as), not the KV it had on the window,
     where it also attended to the blocks before it; "window" keeps the window's."""
-    from streamvid.kv_window import Block
-    from streamvid.positions import concat
+    from streamvid.kv.positions import concat
+    from streamvid.kv.window import Block
 
     cfg = EngineConfig.from_settings(model="unused", fps=2.0, window_tokens=40, memory_top_k=2, memory_kv="float",
                        memory_encoding=encoding)

@@ -71,10 +71,10 @@ def test_a_recognisers_failure_reaches_its_caller_and_the_next_turn_goes_on():
 
 
 def test_streams_hearing_one_recogniser_queue_as_themselves(adapter):
+    from streamvid.assistant.hearing import Hearing
     from streamvid.audio.vad import WINDOW, Segmenter
     from streamvid.config import EngineConfig
-    from streamvid.engine import Engine
-    from streamvid.hearing import Hearing
+    from streamvid.engine.engine import Engine
 
     engine = Engine(EngineConfig.from_settings(device="cpu", frame_px=56), adapter)
     a, b = engine.open(), engine.open()

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from streamvid.assistant import StreamingAssistant
+from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
-from streamvid.sources import RECONNECT_BACKOFF_S, RECONNECT_HEALTHY_S, THREAD_NAME, LiveSource, open_source
+from streamvid.media.sources import RECONNECT_BACKOFF_S, RECONNECT_HEALTHY_S, THREAD_NAME, LiveSource, open_source
 
 WAIT_S = 60.0  # generous bound for events on a loaded machine
 

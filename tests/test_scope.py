@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streamvid.scope import about_now
+from streamvid.language.scope import about_now
 from streamvid.synth.questions import FAMILIES
 from streamvid.synth.world import generate
 

@@ -24,10 +24,10 @@ from fastapi.responses import JSONResponse
 from PIL import Image
 
 from streamvid.config import EngineConfig
-from streamvid.engine import Engine
+from streamvid.engine.engine import Engine
+from streamvid.media.sources import FileSource
 from streamvid.serve import ServeOptions, build_app
 from streamvid.serve.web import event_name
-from streamvid.sources import FileSource
 from conftest import random_frames
 from serve_helpers import frames_taken, engine_answer, png, push_frames, running, strict_json, wait_until
 
@@ -403,7 +403,7 @@ def test_api_key_is_required_when_set(keyed):
 
 
 def test_a_public_bind_without_a_key_is_refused_at_start(monkeypatch, capsys):
-    from streamvid.cli import main
+    from streamvid.cli.main import main
 
     monkeypatch.delenv("STREAMVID_API_KEY", raising=False)
     assert main(["serve", "--host", "0.0.0.0", "--port", "8011"]) == 2
@@ -473,7 +473,7 @@ def test_every_error_is_one_line_of_openai_shaped_json(server, http, stream):
 
 
 def test_a_full_questions_queue_is_429(server, http, stream):
-    from streamvid.assistant import BusyError
+    from streamvid.assistant.assistant import BusyError
 
     served = server[1].state.hub.get(stream)
 

@@ -21,7 +21,7 @@ from PIL import Image
 from serve_helpers import push_frames, running, strict_json, wait_until
 from streamvid import assets
 from streamvid.config import EngineConfig
-from streamvid.engine import Engine
+from streamvid.engine.engine import Engine
 from streamvid.serve import ServeOptions, build_app
 
 KEY = "alerts-test-key-0123456789"

@@ -12,7 +12,7 @@ import pytest
 from conftest import random_frames
 from serve_helpers import push_frames, ray_serve, wait_until
 
-from streamvid import session_store
+from streamvid.assistant import session_store
 from streamvid.config import EngineConfig
 from streamvid.serve.options import ServeOptions
 from streamvid.serve.scaling import EmptyReplicas, ScalePolicy
@@ -68,7 +68,7 @@ def test_only_added_replicas_empty_for_the_whole_delay_are_removable():
     (["--stream-idle-timeout-s", "nan"], "--stream-idle-timeout-s must be a number of seconds >= 0"),
 ])
 def test_scaling_session_and_idle_flags_are_checked_before_anything_starts(argv, words, capsys):
-    from streamvid.cli import main
+    from streamvid.cli.main import main
 
     assert main(["serve", *argv]) == 2
     err = capsys.readouterr().err.strip()

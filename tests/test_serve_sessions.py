@@ -13,8 +13,8 @@ import pytest
 from conftest import random_frames
 from serve_helpers import allow_dir, config, engine, png, push_frames, running, wait_until  # noqa: F401 - fixtures
 
-from streamvid import session_store
-from streamvid.assistant import StreamingAssistant
+from streamvid.assistant import session_store
+from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.serve import ServeOptions, build_app
 from streamvid.types import Frame
 

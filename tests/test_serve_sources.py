@@ -19,7 +19,7 @@ from conftest import random_frames
 from serve_helpers import png, running, wait_until
 
 from streamvid.config import EngineConfig
-from streamvid.engine import Engine
+from streamvid.engine.engine import Engine
 from streamvid.serve import ServeOptions, build_app
 
 MODEL_ID = "tiny-qwen"

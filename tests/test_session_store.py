@@ -24,11 +24,11 @@ import torch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from streamvid import session_store
-from streamvid.assistant import StreamingAssistant
+from streamvid.assistant import session_store
+from streamvid.assistant.assistant import StreamingAssistant
+from streamvid.assistant.session_store import SnapshotError
 from streamvid.config import EngineConfig
-from streamvid.session_store import SnapshotError
-from streamvid.sources import SyntheticSource
+from streamvid.media.sources import SyntheticSource
 
 FPS = 2.0
 N1, N2 = 24, 10  # frames before and after the restart
@@ -158,7 +158,7 @@ def test_other_format_version_and_other_model_are_refused(tiny_model_dir, adapte
 
 def test_a_second_process_cannot_use_a_session_in_use(tmp_path):
     lock = session_store.SessionLock(tmp_path / "s")
-    code = ("import sys; from streamvid.session_store import SessionLock\n"
+    code = ("import sys; from streamvid.assistant.session_store import SessionLock\n"
             "try:\n    SessionLock(sys.argv[1])\nexcept ValueError as e:\n    print(e)\n")
     p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s")], capture_output=True, text=True, timeout=60)
     assert "in use by another streamvid process" in p.stdout
@@ -169,10 +169,10 @@ def test_a_second_process_cannot_use_a_session_in_use(tmp_path):
 CHILD = textwrap.dedent('''
     import json, sys, threading
     import numpy as np
-    from streamvid import session_store
-    from streamvid.assistant import StreamingAssistant
+    from streamvid.assistant import session_store
+    from streamvid.assistant.assistant import StreamingAssistant
     from streamvid.config import EngineConfig
-    from streamvid.sources import SyntheticSource
+    from streamvid.media.sources import SyntheticSource
 
     model, directory, stage = sys.argv[1:4]
     rng = np.random.default_rng(5)
@@ -319,7 +319,7 @@ def test_edited_metadata_with_a_matching_checksum_is_refused(adapter, saved, tmp
 
 
 def test_the_cli_refuses_an_edited_snapshot_with_exit_2(tiny_model_dir, saved, tmp_path, capsys):
-    from streamvid.cli import main
+    from streamvid.cli.main import main
 
     directory = _copy(saved[0], tmp_path)
     _write_meta(directory, {**json.loads((_current(directory) / "meta.json").read_text()), "stream_t_s": math.nan})

@@ -13,10 +13,10 @@ import av
 import numpy as np
 import pytest
 
-import streamvid.decoding
-import streamvid.sources
-from streamvid.decoding import FrameTooLarge
-from streamvid.sources import FileSource, LiveSource, PushSource, SyntheticSource, open_source
+import streamvid.media.decoding
+import streamvid.media.sources
+from streamvid.media.decoding import FrameTooLarge
+from streamvid.media.sources import FileSource, LiveSource, PushSource, SyntheticSource, open_source
 from streamvid.types import Frame
 
 VIDEO_FPS, VIDEO_S, VIDEO_PX = 10, 3, 64
@@ -252,7 +252,7 @@ def test_real_video_from_gradio(size):
 # ---- frame-size cap ----------------------------------------------------------------------------------------------
 def test_a_video_above_the_frame_pixel_cap_is_refused_before_any_frame_is_decoded(video, monkeypatch):
     decoders = []
-    monkeypatch.setattr(streamvid.sources, "decode_frames", lambda *args, **kwargs: decoders.append(args))
+    monkeypatch.setattr(streamvid.media.sources, "decode_frames", lambda *args, **kwargs: decoders.append(args))
     with pytest.raises(FrameTooLarge) as refused:
         FileSource(video, fps=2, max_frame_pixels=VIDEO_PX * VIDEO_PX - 1)
     assert str(refused.value) == "video frames are 64x64 = 4096 pixels, above the 4095-pixel cap (--max-frame-pixels)"
@@ -278,8 +278,8 @@ def test_a_url_above_the_frame_pixel_cap_is_refused(video):
 
 
 def test_only_sampled_frames_are_converted_and_straight_to_the_model_size(video, monkeypatch):
-    calls, to_rgb = [], streamvid.decoding.to_rgb
-    monkeypatch.setattr(streamvid.decoding, "to_rgb", lambda frame, size: calls.append((frame.width, size))
+    calls, to_rgb = [], streamvid.media.decoding.to_rgb
+    monkeypatch.setattr(streamvid.media.decoding, "to_rgb", lambda frame, size: calls.append((frame.width, size))
                         or to_rgb(frame, size))
     source = FileSource(video, fps=2, size=16)
     frames = read_all(source)

@@ -10,10 +10,10 @@ import math
 import pytest
 
 from streamvid.assets import DEMO_VIDEOS
-from streamvid.assistant import StreamingAssistant
+from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.config import BUNDLED_MODEL, EngineConfig
 from streamvid.eval.score import load_episodes
-from streamvid.sources import FileSource
+from streamvid.media.sources import FileSource
 
 DEMO = DEMO_VIDEOS / "shapes_7"
 pytestmark = pytest.mark.slow

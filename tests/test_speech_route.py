@@ -19,7 +19,7 @@ import pytest
 from streamvid.serve import speech_route
 from serve_helpers import png, running, wait_until
 from streamvid.config import EngineConfig
-from streamvid.engine import Engine
+from streamvid.engine.engine import Engine
 from streamvid.serve import ServeOptions, build_app
 from streamvid.serve.speech_route import SPEECH_SLOTS, pieces
 

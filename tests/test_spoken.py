@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from streamvid.audio.pcm import resample
-from streamvid.spoken import OUT_RATE, Sentences, Speaker
-from streamvid.voices import load_voice
+from streamvid.audio.spoken import OUT_RATE, Sentences, Speaker
+from streamvid.audio.voices import load_voice
 
 
 @pytest.mark.parametrize("pieces, sentences, rest", [

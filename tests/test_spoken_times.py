@@ -9,9 +9,9 @@ import shutil
 
 import pytest
 
-from streamvid.reasoning import stream_times
-from streamvid.spoken_times import clock_times
-from streamvid.wake_word import spoken_question
+from streamvid.engine.reasoning import stream_times
+from streamvid.language.spoken_times import clock_times
+from streamvid.language.wake_word import spoken_question
 
 
 @pytest.mark.parametrize("heard, written", [
@@ -69,7 +69,7 @@ def test_espeak_and_whisper_ask_about_the_second_named():
         pytest.skip("espeak-ng is not installed")
     from streamvid.audio.asr import load_recognizer
     from streamvid.audio.pcm import RATE, resample
-    from streamvid.voices import EspeakVoice
+    from streamvid.audio.voices import EspeakVoice
 
     samples, rate = EspeakVoice().synthesize("Assistant, what was on screen at 04:13?", "en-us@165")
     heard = load_recognizer().transcribe(resample(samples, rate, RATE), "assistant")

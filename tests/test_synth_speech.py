@@ -16,13 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from streamvid.cli import main
+from streamvid.cli.main import main
 from streamvid.eval.metrics import score
 from streamvid.synth import (ALL_FAMILIES, SPEECH_FAMILIES, Speech, Timeline, generate, make_episode, render,
                              write_dataset)
+from streamvid.audio.voices import VOICES, VoiceUnavailable, available_voices, load_voice, to_pcm16
 from streamvid.synth.questions import sample_qa
 from streamvid.synth.speech import ONSET_S, VOCABULARY, plan_lines, speak
-from streamvid.voices import VOICES, VoiceUnavailable, available_voices, load_voice, to_pcm16
 
 REPO = Path(__file__).resolve().parent.parent
 if shutil.which("espeak-ng") is None and os.environ.get("STREAMVID_REQUIRE_SPEECH") == "1":  # CI installs it
@@ -95,11 +95,11 @@ def test_piper_is_natural_and_repeatable():
 
 
 def test_missing_voice_is_one_line_naming_what_to_install(monkeypatch):
-    monkeypatch.setattr("streamvid.voices.shutil.which", lambda name: None)
+    monkeypatch.setattr("streamvid.audio.voices.shutil.which", lambda name: None)
     with pytest.raises(VoiceUnavailable) as e:
         load_voice("espeak-ng")
     assert "apt-get install espeak-ng" in str(e.value) and "\n" not in str(e.value)
-    monkeypatch.setattr("streamvid.voices.available_voices", lambda: [])
+    monkeypatch.setattr("streamvid.audio.voices.available_voices", lambda: [])
     with pytest.raises(VoiceUnavailable, match="no voice is installed"):
         load_voice()
     with pytest.raises(ValueError, match="unknown voice"):
@@ -207,7 +207,7 @@ def test_speech_off_writes_what_synth_wrote_before(tmp_path, capsys):
 def test_synth_without_a_voice_says_so_in_one_line(tmp_path, monkeypatch, capsys):
     import av
 
-    monkeypatch.setattr("streamvid.voices.available_voices", lambda: [])
+    monkeypatch.setattr("streamvid.audio.voices.available_voices", lambda: [])
     assert main(["synth", "--seed", "2", "--minutes", "0.5", "--out", str(tmp_path)]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no voice installed" in err[0] and "espeak-ng" in err[0]

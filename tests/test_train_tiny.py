@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from streamvid.adapters.qwen2_5_vl import QwenVLAdapter
-from streamvid.cli import build_parser
-from streamvid.reasoning import stream_times
+from streamvid.cli.main import build_parser
+from streamvid.engine.reasoning import stream_times
 from streamvid.synth.world import COLOURS, generate
 from streamvid.training import data as train_data
 from streamvid.training.config import FAMILY_WEIGHTS
@@ -300,7 +300,7 @@ def test_cli_wires_train_tiny():
 
 
 def test_cli_refining_a_tower_needs_the_checkpoint(tmp_path, capsys):
-    from streamvid.cli import main
+    from streamvid.cli.main import main
 
     assert main(["train-tiny", "--out", str(tmp_path / "x"), "--vision-refine-steps", "10", "--steps", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -543,8 +543,8 @@ def test_block_side_trains_the_merger_and_nothing_else_of_the_tower(tmp_path):
     """With the block side on, the merger makes each chunk's tokens from the frozen blocks' outputs exactly as the
     tower does, layer 0's keys of those tokens are the engine's memory rows, and training moves the merger and the
     language model but no other weight of the tower."""
+    from streamvid.adapters.embedders import ModelEmbedder
     from streamvid.checkpoints.tiny import build_tiny_checkpoint
-    from streamvid.embedders import ModelEmbedder
     from streamvid.training.retrieval import layer0_keys
     from streamvid.training.retrieval_recall import engine_rows
     from streamvid.types import Context

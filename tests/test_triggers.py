@@ -22,9 +22,9 @@ from conftest import wait_until
 
 from streamvid.adapters.row_by_row import RowByRow
 from streamvid.assets import DEMO_VIDEOS
-from streamvid.assistant import StreamingAssistant
+from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
-from streamvid.sources import FileSource
+from streamvid.media.sources import FileSource
 from streamvid.types import Output, Question
 
 DEMO = DEMO_VIDEOS / "shapes_7"
@@ -153,7 +153,7 @@ def _cfg(**kw) -> EngineConfig:
 def _run(adapter, frame_times, t_end=60.0, questions=(), watches=(), thresholds=None, monkeypatch=None, **cfg):
     oracle = OracleAdapter(adapter, frame_times)
     if monkeypatch is not None:  # the change gate compares chunks by their true content
-        monkeypatch.setattr("streamvid.reasoning.scene_features", oracle.truth_scene)
+        monkeypatch.setattr("streamvid.engine.reasoning.scene_features", oracle.truth_scene)
     sa = StreamingAssistant(_cfg(**cfg), adapter=oracle)
     for condition in thresholds or {}:
         sa.watch(condition, **thresholds[condition])
@@ -164,8 +164,8 @@ def _run(adapter, frame_times, t_end=60.0, questions=(), watches=(), thresholds=
 def test_probe_many_equals_one_probe_at_a_time(adapter):
     from conftest import random_frames
 
-    from streamvid.kv_window import Block
-    from streamvid.positions import concat
+    from streamvid.kv.positions import concat
+    from streamvid.kv.window import Block
 
     sinks = adapter.encode_text(adapter.sink_text, None)
     sink = Block(-1, 0.0, 0.0, sinks.keys, sinks.values, 0, sinks.pos_span)

@@ -8,9 +8,9 @@ from __future__ import annotations
 import torch
 
 from conftest import random_frames
-from streamvid.kv_window import Block, KVWindow
-from streamvid.positions import concat
-from streamvid.window_buffer import WindowBuffer
+from streamvid.kv.positions import concat
+from streamvid.kv.window import Block, KVWindow
+from streamvid.kv.window_buffer import WindowBuffer
 
 
 def _sinks(adapter) -> Block:

@@ -19,8 +19,8 @@ from streamvid.types import ChunkJob, Context, Encoded
 
 if TYPE_CHECKING:
     from streamvid.adapters.batching import Decoding
-    from streamvid.budget import KVShape
-    from streamvid.positions import RopePositions
+    from streamvid.kv.budget import KVShape
+    from streamvid.kv.positions import RopePositions
 
 
 class VideoLLMAdapter(Protocol):
@@ -130,7 +130,7 @@ def load_adapter(model: str, device: str = "cpu", dtype: str = "auto", index_lay
     check_layers(config, model)  # layers the engine cannot hold (hybrid, sliding-window, shared K/V): refused first
     cls = adapter_class(config)  # then an unsupported architecture
     if index_layer is None:
-        from streamvid.retrieval import default_index_layer
+        from streamvid.adapters.retrieval import default_index_layer
 
         index_layer = default_index_layer(config, model)
     return cls(model, device=device, dtype=dtype, index_layer=index_layer, **options)

@@ -28,8 +28,8 @@ from streamvid.adapters.chunk_inputs import ChunkInputs
 from streamvid.adapters.kv_cache import buffered_cache
 from streamvid.adapters.refusals import check_tokenizer
 from streamvid.adapters.vectors import unit
-from streamvid.budget import DTYPE_BYTES, KVShape
-from streamvid.positions import RopePositions
+from streamvid.kv.budget import DTYPE_BYTES, KVShape
+from streamvid.kv.positions import RopePositions
 from streamvid.types import ChunkJob, Context, Encoded
 
 SYSTEM_PROMPT = "You are a helpful assistant watching a live video stream. Answer briefly from what you saw."

@@ -1,7 +1,7 @@
 """What the engine cannot hold, refused at load by name, from config.json and the tokenizer before any weights load.
 
 The engine keeps, per stream, a window of per-token K/V in every decoder layer, moves cached blocks by rotating their
-keys and brings back memory blocks as K/V (kv_window.py, positions.py). A checkpoint with other layers would run
+keys and brings back memory blocks as K/V (window.py, positions.py). A checkpoint with other layers would run
 wrongly, not fail, so it is refused with one line naming its `model_type` and the reason:
 
 - linear-attention / Gated DeltaNet layers (Qwen3.5's hybrid `qwen3_5`, Qwen3-Next): a recurrent state per layer;

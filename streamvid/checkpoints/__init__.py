@@ -6,4 +6,6 @@
     random_arch.py  real-size Qwen2.5-VL architectures with random weights (`streamvid bench --arch 3b|7b`)
 
 Each writes an ordinary HF checkpoint directory that the adapters (streamvid/adapters/) load like a hub model.
+
+checkpoints/ knows nothing of streams or the engine: it writes ordinary HF checkpoint folders.
 """

@@ -40,11 +40,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from streamvid.adapters.model_folder import model_settings
 from streamvid.config import BUNDLED_MODEL, EngineConfig
 from streamvid.eval import prompts
 from streamvid.eval.replay import ClipSource
 from streamvid.eval.score import episode_config, episode_settings, load_all
-from streamvid.model_folder import model_settings
 
 MODES = ("native", "replay")
 _SUM_STATS = ("frames_in", "frames_dropped", "blocks_encoded", "questions_answered", "probes_run", "probes_skipped",
@@ -70,12 +70,12 @@ class _Runner:
                                                           "peak_memory_mb": 0.0, "runs": 0, "polls": 0}
 
     def _assistant(self):
-        from streamvid.assistant import StreamingAssistant
+        from streamvid.assistant.assistant import StreamingAssistant
 
         return StreamingAssistant(self.config, adapter=self.adapter)
 
     def _file(self):
-        from streamvid.sources import FileSource
+        from streamvid.media.sources import FileSource
 
         v = self.ep["video"]
         return FileSource(v["path"], fps=self.config.fps, t_start_s=v.get("t_start") or 0.0, t_end_s=v.get("t_end"),

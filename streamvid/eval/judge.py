@@ -31,7 +31,7 @@ def judge_name(model: str) -> str:
 
 def judge_trace(episodes: list[dict], trace_path: str | Path, config: EngineConfig) -> int:
     """Append judge records for the open-ended replies not yet judged by this model; returns how many."""
-    from streamvid.assistant import StreamingAssistant
+    from streamvid.assistant.assistant import StreamingAssistant
     from streamvid.types import Question
 
     trace_path = Path(trace_path)

@@ -26,6 +26,8 @@ clients.
     options.py          what a hub allows (the flags)
     shown.py            URLs redacted, numbers made finite, wherever the hub shows them
     errors.py           what the hub refuses, and why
+
+hub/ knows nothing of HTTP, WebSockets or Gradio: each transport maps its errors onto its own answers.
 """
 
 __all__ = ["Hub", "HubOptions"]

@@ -1,5 +1,5 @@
 """The evidence behind a hub stream's alerts, for every client: the frame each alert fired on, a clip around it, and
-the recent frames an answer was given from (the library's AlertMedia, streamvid/alert_media.py, of each stream).
+the recent frames an answer was given from (the library's AlertMedia, streamvid/media/alert_media.py, of each stream).
 
     keep(sa, session)                           # at open: RAM, or <session_dir>/alerts/ for a stream with a folder
     hub.alerts(sid)                             # [{"alert_id": "a0", "t_s", "snapshot": "ready", "clip": ...}, ...]
@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import math
 
-from streamvid.alert_media import UnknownAlert
 from streamvid.hub.errors import NotFound, Refused
 from streamvid.hub.stream import HubStream
+from streamvid.media.alert_media import UnknownAlert
 
 ALERTS_FOLDER = "alerts"  # inside a stream's session folder
 SNAPSHOT_WAIT_S = 5.0  # a snapshot being made (a JPEG, on the stream's media thread) is waited for this long

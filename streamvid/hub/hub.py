@@ -1,7 +1,7 @@
 """The streams of one engine, for every client at once (the HTTP API, the web page), and each stream's one fan-out
 of outputs to many readers.
 
-    hub = Hub(engine, HubOptions())               # engine: streamvid.engine.Engine (started here)
+    hub = Hub(engine, HubOptions())               # engine: streamvid.engine.engine.Engine (started here)
     info = hub.open("push", fps=2.0)              # {"id", "object": "stream", "source", "created", "fps", "state"}
     hub.open("rtsp://cam.example/s")["state"]     # "opening": the source connects on hub.opener's threads
     sub = hub.subscribe(info["id"], deltas=True)  # a bounded queue of this stream's outputs as JSON objects
@@ -45,13 +45,13 @@ import threading
 import time
 from collections.abc import Callable
 
-from streamvid.assistant import StreamingAssistant
-from streamvid.engine import EngineFull
 import streamvid.hub.alert_access as alert_access
 import streamvid.hub.fanout as fanout
 import streamvid.hub.pushed_frames as pushed_frames
 import streamvid.hub.sound as sound
 import streamvid.hub.validation as validation
+from streamvid.assistant.assistant import StreamingAssistant
+from streamvid.engine.engine import EngineFull
 from streamvid.hub.alert_access import AlertAccess
 from streamvid.hub.errors import Busy, Conflict, HubError, NotFound, Refused, Timeout
 from streamvid.hub.opening import OpenPool
@@ -62,8 +62,8 @@ from streamvid.hub.session_folders import SESSION_MARK, SessionFolders
 from streamvid.hub.shown import finite, redact
 from streamvid.hub.stream import FrameTap, HubStream
 from streamvid.hub.subscriber import CLOSED, Subscriber
+from streamvid.language.user_text import clean
 from streamvid.periodic import Periodic
-from streamvid.user_text import clean
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ A source spec names one of:
 - a bundled demo clip by name (streamvid.assets.demo_clips), played in real time;
 - the operator's own `--video` (`streamvid demo --video V`): trusted, whatever `streamvid run` would open;
 - a network URL (rtsp, rtsps, rtmp, rtmps, http, https) opened with network protocols only, whose host (and every
-  redirect and nested resource: HLS segments ...) must resolve to public addresses (streamvid.net_policy.UrlGuard;
+  redirect and nested resource: HLS segments ...) must resolve to public addresses (streamvid.media.net_policy.UrlGuard;
   `allow_private_urls` lifts that for cameras on the operator's network); a URL that drops is reopened with
   exponential backoff and given up after `max_outage_s` without frames;
 - a video file under one of the `allow_dirs` (`--allow-dir`; none by default) or, when the caller asks for them
@@ -35,11 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from streamvid.assets import demo_clips
-from streamvid.decoding import FrameTooLarge, open_container
 from streamvid.hub.errors import Refused
 from streamvid.hub.images import DEFAULT_MAX_PIXELS
-from streamvid.net_policy import AddressRefused, UrlGuard, public_address
-from streamvid.sources import (LIVE_OPEN_TIMEOUT_S, MAX_OUTAGE_S, FileSource, FrameSource, LiveSource, PushSource,
+from streamvid.media.decoding import FrameTooLarge, open_container
+from streamvid.media.net_policy import AddressRefused, UrlGuard, public_address
+from streamvid.media.sources import (LIVE_OPEN_TIMEOUT_S, MAX_OUTAGE_S, FileSource, FrameSource, LiveSource, PushSource,
                                open_source)
 
 VIDEO_SUFFIXES = (".mp4", ".m4v", ".mov", ".webm", ".mkv", ".avi")

@@ -1,6 +1,6 @@
 """Session folders of served streams: a stream opened with a `session_dir` is saved there (every
-`HubOptions.session_save_s` and when it closes) with the library's session snapshots (streamvid.session_store),
-and can be resumed from there: by the same server after a restart, or by another Ray replica after the one that
+`HubOptions.session_save_s` and when it closes) with the library's session snapshots
+(streamvid.assistant.session_store), and can be resumed from there: by the same server after a restart, or by another Ray replica after the one that
 held it died.
 
     folders = SessionFolders(policy.allow_dirs, save_every_s=60.0)
@@ -31,7 +31,7 @@ import os
 import threading
 from pathlib import Path
 
-from streamvid import session_store
+from streamvid.assistant import session_store
 from streamvid.hub.errors import Conflict, NotAllowed, NotFound, Refused
 
 log = logging.getLogger(__name__)
@@ -145,7 +145,7 @@ class StreamSession:
     def assistant(self, config, engine):
         """A new StreamingAssistant on `engine`: the saved session continued (its window, memory, clock and
         dialogue) when resuming, else a fresh one. Refused for a snapshot that cannot be resumed."""
-        from streamvid.assistant import StreamingAssistant
+        from streamvid.assistant.assistant import StreamingAssistant
 
         if not self.resume:
             return StreamingAssistant(config, engine=engine)

@@ -18,16 +18,16 @@ from __future__ import annotations
 import threading
 import weakref
 
-from streamvid import wake_word
+from streamvid.assistant.hearing import Hearing, asr_device
 from streamvid.audio import recognition
 from streamvid.audio.asr import load_recognizer
 from streamvid.audio.pcm import RATE, pcm16_duration_s, pcm16_samples, wav_duration_s, wav_samples
-from streamvid.hearing import Hearing, asr_device
+from streamvid.engine.stream import BusyError
 from streamvid.hub.errors import Busy, Conflict, Refused, UnsupportedMedia
 from streamvid.hub.sound_budget import SoundBudget
 from streamvid.hub.stream import HubStream
 from streamvid.hub.validation import MAX_STREAM_S, optional_number
-from streamvid.stream import BusyError
+from streamvid.language import wake_word
 
 WAV = ("audio/wav", "audio/x-wav", "audio/wave", "audio/vnd.wave")
 PCM = ("audio/pcm", "audio/l16", "application/octet-stream")

@@ -16,10 +16,10 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from streamvid.engine.stream import BusyError
 from streamvid.hub.errors import Busy, HubError, NotFound, Refused, StreamFailed
 from streamvid.hub.session_folders import StreamSession
 from streamvid.hub.shown import redact
-from streamvid.stream import BusyError
 from streamvid.types import Frame
 
 

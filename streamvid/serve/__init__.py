@@ -1,6 +1,6 @@
 """`streamvid serve`: the HTTP transports over the hub (streamvid/hub/), on one engine or R engines on Ray Serve.
 
-    from streamvid.engine import Engine
+    from streamvid.engine.engine import Engine
     from streamvid.serve import ServeOptions, build_app
     app = build_app(Engine(EngineConfig()), ServeOptions(api_key="..."))   # a FastAPI app; run it with uvicorn
 
@@ -13,6 +13,8 @@ realtime_input.py) and client_secrets.py (its one-session keys), webhooks.py (al
 Origin, API key, body sizes), errors.py (the hub's errors as HTTP statuses), web.py (shared helpers), server.py (one
 process on uvicorn), ray_app.py (Ray Serve), ray_engines.py and scaling.py (its replicas, autoscaled on streams per
 replica), cli.py (the command). The routes are documented in docs/api.md.
+
+serve/ knows nothing of the engine's insides: it carries requests to the hub (or to the hubs of Ray Serve replicas).
 """
 
 __all__ = ["Hub", "ServeOptions", "build_app"]

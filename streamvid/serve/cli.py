@@ -8,7 +8,7 @@ one engine, or over R engines on Ray Serve.
                     [--max-json-mb 1] [--request-timeout-s 30] [--max-connections 256] [--ui]
                     [--ray [ADDRESS] --replicas R [--max-replicas N --streams-per-replica S]] [engine flags]
 
-Registered by streamvid/cli.py's build_parser (`register`). Routes: docs/api.md.
+Registered by streamvid/cli/main.py's build_parser (`register`). Routes: docs/api.md.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import time
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from streamvid.cli_engine import add_engine_args
-    from streamvid.voices import best_voice
+    from streamvid.audio.voices import best_voice
+    from streamvid.cli.engine_flags import add_engine_args
     s = sub.add_parser("serve", help="HTTP API: OpenAI-compatible chat about streams, SSE events, realtime WebSocket, "
                                      "Ray Serve replicas")
     s.add_argument("--host", default="127.0.0.1", help="address to bind; other than loopback needs --api-key")
@@ -83,7 +83,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from streamvid.cli_engine import check_model, embedder_checkpoint, engine_config, offline_if_local
+    from streamvid.cli.engine_flags import check_model, embedder_checkpoint, engine_config, offline_if_local
     from streamvid.serve.options import ServeOptions, model_id
     from streamvid.serve.server import check_bind
 
@@ -118,7 +118,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     WebhookSender.check(options.webhook_urls)
     if args.ray:
         return _serve_ray(args, cfg, options, policy)
-    from streamvid.engine import Engine
+    from streamvid.engine.engine import Engine
     from streamvid.serve.server import build_app, serve
 
     engine = Engine(cfg)
@@ -175,7 +175,7 @@ def _scale_policy(args: argparse.Namespace):
 
 
 def _serve_ray(args: argparse.Namespace, cfg, options, policy) -> int:
-    from streamvid.net_policy import is_loopback
+    from streamvid.media.net_policy import is_loopback
 
     loopback = args.ray == "local" and is_loopback(args.host)
     if loopback:

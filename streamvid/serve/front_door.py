@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from streamvid.net_policy import is_loopback
+from streamvid.media.net_policy import is_loopback
 from streamvid.serve.errors import ServeError
 from streamvid.serve.web import check_key, dumps
 

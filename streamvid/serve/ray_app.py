@@ -52,9 +52,9 @@ from streamvid.hub.errors import NotFound, Unavailable
 from streamvid.hub.hub import Hub
 from streamvid.hub.session_folders import resumable
 from streamvid.serve.errors import ServeError, wire_error
+from streamvid.serve.front_door import Door
 from streamvid.serve.options import ServeOptions
 from streamvid.serve.ray_engines import EngineSet
-from streamvid.serve.front_door import Door
 from streamvid.serve.routes import create_app
 from streamvid.serve.scaling import ScalePolicy
 from streamvid.serve.service import HubService
@@ -99,7 +99,7 @@ class EngineReplica:
             import torch
 
             torch.set_num_threads(threads)
-        from streamvid.engine import Engine
+        from streamvid.engine.engine import Engine
         from streamvid.serve.alert_routes import links
         from streamvid.serve.webhooks import WebhookSender
 

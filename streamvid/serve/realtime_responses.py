@@ -21,8 +21,8 @@ from __future__ import annotations
 import asyncio
 import base64
 
+from streamvid.audio.spoken import Speaker
 from streamvid.serve.realtime_events import Outbox, assistant_item, item_part, new_id, part_of, usage
-from streamvid.spoken import Speaker
 
 AUDIO_CHUNK_BYTES = 24000  # half a second of PCM16 at 24 kHz per audio delta
 SPEAK_TIMEOUT_S = 120.0

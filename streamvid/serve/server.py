@@ -20,10 +20,10 @@ from importlib.metadata import entry_points
 
 from fastapi import FastAPI
 
-from streamvid.net_policy import is_loopback
-from streamvid.serve.front_door import Door
 from streamvid.hub.hub import Hub
+from streamvid.media.net_policy import is_loopback
 from streamvid.serve.alert_routes import links
+from streamvid.serve.front_door import Door
 from streamvid.serve.options import ServeOptions, model_id
 from streamvid.serve.realtime_ga import mount as mount_realtime
 from streamvid.serve.routes import create_app

@@ -32,11 +32,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from streamvid.audio.pcm import resample
 from streamvid.audio.recognition import IdlePool
+from streamvid.audio.spoken import OUT_RATE
+from streamvid.audio.voices import VoiceUnavailable, load_voice, to_pcm16
 from streamvid.hub.errors import Conflict, Refused
 from streamvid.serve.errors import ServeError
 from streamvid.serve.web import GetBackend, StrictJSONResponse
-from streamvid.spoken import OUT_RATE
-from streamvid.voices import VoiceUnavailable, load_voice, to_pcm16
 
 log = logging.getLogger(__name__)
 

@@ -37,12 +37,12 @@ import secrets
 import wave
 
 from streamvid.audio.recognition import QUESTION_MAX_S
+from streamvid.audio.spoken import Speaker
 from streamvid.audio.vad import SILENCE_S
 from streamvid.hub.errors import Conflict, Refused
 from streamvid.hub.sound_budget import SoundBudget
 from streamvid.serve.socket_session import read_session
 from streamvid.serve.speech_route import server_voice
-from streamvid.spoken import Speaker
 
 MAX_BUFFER_S = QUESTION_MAX_S  # seconds of a spoken question: refused as it is appended, not at its commit
 

@@ -1,5 +1,8 @@
 """ShapesWorld: procedural video streams with exact ground truth (world), their optional speech track (speech),
-question families (questions) and stream-episode/1 evaluation episodes (episodes)."""
+question families (questions) and stream-episode/1 evaluation episodes (episodes).
+
+synth/ knows nothing of models or the engine: it writes videos, sound and episodes with exact ground truth.
+"""
 
 from .episodes import make_episode, write_dataset
 from .questions import ALL_FAMILIES, FAMILIES, QA, SPEECH_FAMILIES, describe, sample_qa

@@ -5,7 +5,7 @@
   DIR/shapes_<S>.timeline.json  the exact timeline (world.Timeline.to_json; Timeline.from_json rebuilds it)
   DIR/episodes.jsonl            one episode: many families, each user_query / probe event carries "task"
 
-The episode's video path is relative to the folder of episodes.jsonl. Given voices (`streamvid.voices`), the
+The episode's video path is relative to the folder of episodes.jsonl. Given voices (`streamvid.audio.voices`), the
 stream gets a speech track (`speech.py`): the mp4 carries it as AAC beside the same video, the timeline JSON its
 gold lines ("speech"), and the episode the SPEECH_FAMILIES too, sampled after the visual families (whose
 questions stay those of the same seed without sound).
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from streamvid.voices import Voice
+from streamvid.audio.voices import Voice
 
 from .questions import ALL_FAMILIES, FAMILIES, QA, SPEECH_FAMILIES, SPEECH_QUESTIONS
 from .speech import SPEECH_RATE, speak, write_speech_mp4

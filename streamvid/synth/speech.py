@@ -3,7 +3,7 @@
 A stream's lines are planned from its seed alone, on a random stream of their own (the visuals, and every visual
 question, are drawn exactly as without sound): what is said (`FORMS` over `VOCABULARY`: colour and shape names,
 numbers zero to ten as words, a few names and commands), when, which voice variant says it and how loud. Each line
-is then synthesized (`streamvid.voices`), resampled to the track's rate, cut to its voiced part (10 ms frames
+is then synthesized (`streamvid.audio.voices`), resampled to the track's rate, cut to its voiced part (10 ms frames
 louder than 3% of its loudest frame) and placed so that its voice starts at the planned time. The gold speech
 events (`world.Speech`) are those placed samples: `t_s` the first voiced sample, `t_end_s` the end of the last.
 
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from streamvid.audio.pcm import resample
-from streamvid.voices import Voice
+from streamvid.audio.voices import Voice
 
 from .world import COLOURS, FRAME_PX, SHAPES, Speech, Timeline, write_mp4
 

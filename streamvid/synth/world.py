@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from streamvid.media.clip_encoding import h264_encoder
+
 SHAPES = ("circle", "square", "triangle", "star", "hexagon", "diamond")
 COLOURS = {
     "red": (255, 0, 0),
@@ -339,19 +341,6 @@ def draw(objects: list[Obj], background: tuple[int, int, int], noise: np.random.
         img[shape_mask(obj, size)] = COLOURS[obj.colour]
     img += noise.integers(-4, 5, (size, size, 1), dtype=np.int16)  # mild pixel noise
     return np.clip(img, 0, 255).astype(np.uint8)
-
-
-def h264_encoder() -> str:
-    """The first H.264 encoder this PyAV build has ("libx264" here); "mpeg4" (MPEG-4 part 2) when none is."""
-    import av
-
-    for name in ("libx264", "h264", "libopenh264"):
-        try:
-            av.codec.Codec(name, "w")
-            return name
-        except ValueError:  # av.codec.codec.UnknownCodecError
-            continue
-    return "mpeg4"
 
 
 def write_mp4(timeline: Timeline, path: str | Path, size: int = FRAME_PX, fps: float | None = None) -> Path:

@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from streamvid.scope import about_now
-from streamvid.sources import FileSource
+from streamvid.language.scope import about_now
+from streamvid.media.sources import FileSource
 from streamvid.synth.questions import QA, describe, frames_show, mentions, sample_qa
 from streamvid.synth.world import CELL_PX, COLOURS, SHAPES, Timeline, generate, shape_mask, write_mp4
 

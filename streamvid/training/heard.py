@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 
 from streamvid.audio.pcm import RATE, resample
+from streamvid.audio.voices import Voice
+from streamvid.language.wake_word import addressed
 from streamvid.synth.questions import mentions
 from streamvid.synth.speech import voiced_span
-from streamvid.voices import Voice
-from streamvid.wake_word import addressed
 
 log = logging.getLogger("streamvid")
 

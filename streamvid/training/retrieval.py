@@ -20,9 +20,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from streamvid.adapters.embedders import REGION_WEIGHT
 from streamvid.adapters.qwen2_5_vl import mean_queries
 from streamvid.adapters.vectors import region_pool, unit
-from streamvid.embedders import REGION_WEIGHT
 from streamvid.synth.questions import FAMILIES, frames_show, mentions
 from streamvid.synth.world import CELL_PX, SHAPES
 

@@ -13,8 +13,8 @@ from collections import defaultdict
 import numpy as np
 import torch
 
+from streamvid.adapters.embedders import REGION_WEIGHT, distinct_rows
 from streamvid.adapters.vectors import region_keys, unit
-from streamvid.embedders import REGION_WEIGHT, distinct_rows
 
 
 def engine_rows(keys: torch.Tensor, grid: tuple[int, int, int] | None) -> np.ndarray:

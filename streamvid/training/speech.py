@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from streamvid.ingest import speech_line
+from streamvid.engine.ingest import speech_line
 from streamvid.synth.speech import NAMES, NUMBERS, SLOT_S, plan_lines
 from streamvid.synth.world import Speech, Timeline
 from streamvid.types import Utterance

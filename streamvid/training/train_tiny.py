@@ -127,8 +127,8 @@ def heard_questions(out: Path, data: TrainingData, seed: int) -> dict[str, list[
     if path.is_file():
         return heard.load(path)
     from streamvid.audio.asr import load_recognizer
+    from streamvid.audio.voices import available_voices, load_voice
     from streamvid.config import DEFAULTS
-    from streamvid.voices import available_voices, load_voice
 
     voices = heard.training_voices([load_voice(name) for name in available_voices()])
     if not voices:

@@ -1,0 +1,435 @@
+"""Engine: the model and any number of streams, and the one scheduler that runs their work batched.
+
+    engine = Engine(EngineConfig())
+    a, b = engine.open(), engine.open()          # two streams (stream.py), each with its own window and memory
+    engine.start()                               # the scheduler thread; or call engine.step() yourself
+    a.insert(frame); a.ask("What colour is the circle?")
+    ...
+    engine.close()
+
+Each `step` is one round over the streams, in this order (priorities), spending at most `step_tokens` tokens of
+prefill across all streams (the way vLLM's `max_num_batched_tokens` bounds a step, with chunked prefill):
+1. answers: each stream's next question starts (at most one answer per stream at a time, so its dialogue stays in
+   order); ONE batched decode forward advances every answer and narration look past its prompt by a token (one
+   token of the budget each), and ONE forward feeds the prompts still being prefilled, each a piece of it: the
+   budget left is shared equally between them (a share a prompt does not need goes to the others), so a long prompt
+   is prefilled over several steps while the other streams' answers go on decoding; a prompt's last piece gives its
+   first token;
+2. ingest: the oldest complete chunk of up to `max_batch` streams in ONE batched chunk forward (with each stream's
+   window, positions and mask), taking streams round-robin so a busy one cannot starve the others, as many as the
+   budget left holds (a chunk's cost estimated from the stream's newest block) and always at least one;
+3. speaking up: the trigger probes due on every stream's newest chunk in ONE batched forward (up to `probe_batch`
+   per stream per step, each costing its prompt's tokens), as many as the budget left holds and always at least
+   one; narration looks join the decode batch.
+Every category runs every step whatever the others hold, so a stream flooded with questions or sending the longest
+prompts delays another stream's ingest and answers by one bounded step at most. Frames wait in each stream's
+bounded inbox; a live source drops what does not fit (the engine did not keep up).
+
+One stepping interface drives everything: the scheduler thread (`start`) loops `step`; a replay inserts frames
+and calls `run_until_idle` (StreamingAssistant.run_simulated); bench drives both.
+
+Errors: a batched forward that raises is retried stream by stream (counted in `batch_fallbacks`); a stream whose
+own work raises is closed with the error (its caller gets it), the others go on.
+
+Caps: `max_streams` streams per engine (`open` raises EngineFull beyond it); a stream without frames for
+`idle_release_s` moves its window KV to host memory, restored on its next frame (answers unchanged).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from streamvid.adapters.base import VideoLLMAdapter, adapter_for
+from streamvid.adapters.embedders import make_embedder
+from streamvid.config import EngineConfig
+from streamvid.engine.ingest import speech_line
+from streamvid.engine.stream import Decoding, Stream
+from streamvid.kv.budget import budgets
+from streamvid.kv.positions import concat
+from streamvid.kv.window import Block
+from streamvid.types import ChunkJob, Output, Question, Token, Transcript
+
+log = logging.getLogger(__name__)
+
+
+class EngineFull(RuntimeError):
+    """The engine holds as many streams as its caps allow."""
+
+
+class Engine:
+    def __init__(self, config: EngineConfig | None = None, adapter: VideoLLMAdapter | None = None,
+                 max_streams: int | None = None, max_batch: int | None = None):
+        self.config = config = config or EngineConfig()
+        self.adapter = adapter or adapter_for(config)
+        self.max_streams = max_streams or config.scheduler.max_streams
+        self.max_batch = max_batch or config.scheduler.max_batch
+        self.embedder = make_embedder(config, self.adapter)  # where retrieval vectors come from (embedders.py)
+        sinks = self.adapter.encode_text(self.adapter.sink_text, None)
+        self.sinks = Block(id=-1, t_start_s=0.0, t_end_s=0.0, keys=sinks.keys, values=sinks.values, pos_start=0,
+                           pos_span=sinks.pos_span)
+        self._streams: list[Stream] = []
+        self._lock = threading.Lock()  # guards the streams list
+        self._work = threading.Event()  # set when a stream may have work: the scheduler thread's wake-up
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._ids = itertools.count()
+        self._turn = 0  # where the round-robin starts this step
+        self._warm = False
+        self._window_mb: dict[tuple, float] = {}
+        self.steps = 0
+        self.forwards = {"decode": 0, "prefill": 0, "encode": 0, "probe": 0}
+        self.batch_fallbacks = 0  # batched forwards of several streams that raised and were retried stream by stream
+        self._step_tokens: int | None = config.scheduler.step_tokens  # resolved on the first step (step_tokens)
+        self.error: BaseException | None = None
+
+    # ---- streams ----------------------------------------------------------------------------------------
+    def open(self, config: EngineConfig | None = None) -> Stream:
+        """A new stream on this engine (`config`: its own settings, the same model; default the engine's).
+        Raises EngineFull at `max_streams`."""
+        config = config or self.config
+        if config.model != self.config.model:
+            raise ValueError(f"a stream of this engine runs {self.config.model!r}, got {config.model!r}")
+        with self._lock:
+            live = [s for s in self._streams if not s.closed]
+            if len(live) >= self.max_streams:
+                raise EngineFull(f"this engine serves {self.max_streams} streams at most (--max-streams); close "
+                                 f"one first")
+            self._check_budgets([s.config for s in live], config)
+            stream = Stream(config, self.adapter, self.embedder, self.sinks, f"s{next(self._ids)}")
+            stream.on_work = self._work.set
+            self._streams.append(stream)
+        return stream
+
+    def _check_budgets(self, open_configs: list[EngineConfig], config: EngineConfig) -> None:
+        """EngineFull when one more stream with `config` would pass the engine's KV or host-memory cap."""
+        if (cap := self.config.scheduler.kv_mb) is not None:
+            kv = sum(self.window_mb(c) for c in (*open_configs, config))
+            if kv > cap + 1e-9:
+                raise EngineFull(f"one more stream would hold {kv:,.1f} MB of window KV on this engine, over its "
+                                 f"--engine-kv-mb {cap:g}; close a stream or give streams a smaller window")
+        if (cap := self.config.scheduler.memory_mb) is not None:
+            ram = sum(c.memory.ram_mb for c in (*open_configs, config) if c.memory.top_k > 0)
+            if ram > cap + 1e-9:
+                raise EngineFull(f"one more stream would let long-term memories hold {ram:,.0f} MB of RAM on this "
+                                 f"engine, over its --engine-memory-mb {cap:g}; close a stream or lower "
+                                 f"--memory-ram-mb")
+
+    def window_mb(self, config: EngineConfig) -> float:
+        """The KV window a stream with `config` holds when full: at frame_px (448 px frames when frames keep
+        their size), in MB."""
+        px = config.frame_px or 448
+        key = (px, config.frames_per_chunk, config.fps, config.window.seconds, config.window.tokens, config.window.mb)
+        if key not in self._window_mb:
+            tokens = self.adapter.tokens_per_chunk(px, px, config.frames_per_chunk)
+            held = budgets(self.adapter.kv_shape, tokens, config).window_tokens_held
+            self._window_mb[key] = held * self.adapter.kv_shape.bytes_per_token / 2**20
+        return self._window_mb[key]
+
+    def streams(self) -> list[Stream]:
+        with self._lock:
+            return list(self._streams)
+
+    def _drop(self, stream: Stream) -> None:
+        with self._lock:
+            if stream in self._streams:
+                self._streams.remove(stream)
+        if stream.decoding is not None:
+            stream.decoding.decoding.cancel()
+            stream.decoding = None
+        if stream.memory is not None:
+            stream.memory.close()
+
+    # ---- the scheduler thread ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Run the scheduler on a thread ("streamvid-engine") until `close`; idempotent."""
+        if self._thread is not None:
+            return
+        self.warm_up()
+        self._thread = threading.Thread(target=self._loop, name="streamvid-engine", daemon=True)
+        self._thread.start()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Stop the scheduler thread (bounded join) and drop every stream."""
+        self._stop.set()
+        self._work.set()
+        if self._thread is not None:
+            self._thread.join(timeout=timeout_s if timeout_s is not None else self.config.join_timeout_s)
+        for stream in self.streams():
+            stream.close()
+            self._drop(stream)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._work.clear()  # cleared before looking, so work that comes during a step is not lost
+            try:
+                busy = self.step()
+            except BaseException as e:  # noqa: BLE001 - a scheduler bug: every stream's caller gets it
+                log.exception("streamvid engine failed")
+                self.error = e
+                for stream in self.streams():
+                    stream.close(e)
+                return
+            if not busy:
+                self._work.wait(self.config.read_timeout_s)
+
+    def warm_up(self) -> None:
+        """One throw-away chunk and answer token before the first stream's clock starts, so a live source does not
+        drop its first seconds while the first forwards pay their one-off costs."""
+        if self._warm:
+            return
+        self._warm = True
+        context = concat([self.sinks], self.sinks.pos_span)
+        black = np.zeros((56, 56, 3), np.uint8)
+        self.adapter.encode_chunks([ChunkJob((black,) * self.config.frames_per_chunk, context, 1.0)])
+        for _ in self.adapter.generate(context, self.adapter.prompt("Hi"), max_new_tokens=1):
+            pass
+
+    # ---- one step ---------------------------------------------------------------------------------------
+    def step(self) -> bool:
+        """One round of work over the streams (see the module docstring). True if it did something."""
+        streams = self.streams()
+        if not streams:
+            return False
+        self._turn = (self._turn + 1) % len(streams)
+        streams = streams[self._turn:] + streams[:self._turn]
+        for s in streams:
+            if s.closed:
+                self._drop(s)
+        streams = [s for s in streams if not s.closed]
+        self._idle_release(streams)
+        for s in streams:
+            self._guard(s, s.take_frames)
+        budget = self.step_tokens
+        did, budget = self._answer(streams, budget)
+        ingested, budget = self._ingest(streams, budget)
+        did |= ingested
+        did |= self._decide(streams, budget)
+        self.steps += did
+        return did
+
+    @property
+    def step_tokens(self) -> int:
+        """The prefill tokens one step may spend: the setting, else 512 or the tokens of `max_batch` chunks of
+        `frame_px` frames when more (so the chunks of a full batch are never split across steps)."""
+        if self._step_tokens is None:
+            px = self.config.frame_px or 448
+            chunk = self.adapter.tokens_per_chunk(px, px, self.config.frames_per_chunk)
+            self._step_tokens = max(512, self.max_batch * chunk)
+        return self._step_tokens
+
+    def _idle_release(self, streams: list[Stream]) -> None:
+        """Restore a released stream that has work; release one idle for idle_release_s (answers unchanged)."""
+        now = time.monotonic()
+        for s in streams:
+            if s.released:
+                if not s.idle:
+                    self._guard(s, s.restore)
+            elif (after := s.config.scheduler.idle_release_s) is not None and now - s.last_frame_s > after and s.idle:
+                self._guard(s, s.release)
+
+    def run_until_idle(self) -> None:
+        """Step until no stream has work left (a replay's way to let every inserted frame be encoded and decided),
+        waiting while a replay's frames wait for their sound to be transcribed (`Stream.waiting_for_sound`)."""
+        while True:
+            self._work.clear()
+            if self.step():
+                continue
+            if not any(s.waiting_for_sound for s in self.streams()):
+                return
+            self._work.wait(self.config.read_timeout_s)
+
+    def _answer(self, streams: list[Stream], budget: int) -> tuple[bool, int]:
+        """Step 1 (module docstring): True if anything was decoded or prefilled, and the budget left."""
+        for s in streams:
+            d = s.decoding
+            if d is not None and d.answering is None and s.questions_waiting:
+                d.decoding.cancel()  # a narration look gives way to a question: not counted, due again
+                s.decoding = None
+            if s.decoding is None and (asked := s.next_question()) is not None:
+                self._guard(s, self._begin, s, *asked)
+        running = [s for s in streams if s.decoding is not None and not s.closed]
+        if not running:
+            return False, budget
+        prefilling = [s for s in running if prefill_left(s.decoding.decoding)]
+        decoding = [s for s in running if s not in prefilling]
+        budget -= len(decoding)
+        needs = [prefill_left(s.decoding.decoding) for s in prefilling]
+        pieces = shares(needs, budget)
+        last, more = [], []  # the pieces that end their prompt (a first token comes of them), and the others
+        for s, need, n in zip(prefilling, needs, pieces):
+            if n:
+                s.decoding.decoding.prefill_limit = n
+                (last if n == need else more).append(s)
+        budget -= sum(pieces)
+        # decode steps, prompts' last pieces and other pieces in forwards of their own, in that order, each group's
+        # tokens out as soon as its forward is done: a long piece neither pads a short one nor delays its first token
+        for kind, rows in (("decode", decoding), ("prefill", last), ("prefill", more)):
+            for group in _groups(rows, self.max_batch):
+                self._batched(group, kind, lambda g: self.adapter.decode([s.decoding.decoding for s in g]))
+                for s in group:
+                    if not s.closed:
+                        self._guard(s, self._advance, s)
+        return True, budget
+
+    def _begin(self, s: Stream, q: Question, snapshot) -> None:
+        a = s.reasoning.begin(q, s.emit, snapshot)
+        if isinstance(a, Output):  # acknowledged ("tell me when") or nothing seen yet: no forward
+            return
+        s.decoding = Decoding(self.adapter.start_decoding(a.context, a.prompt, s.config.generation.max_new_tokens), a)
+
+    def _advance(self, s: Stream) -> None:
+        d = s.decoding
+        tokens = len(d.decoding.tokens)
+        if tokens > len(d.pieces):
+            piece = d.decoding.piece()
+            if d.ttft_s is None and d.answering is not None:
+                d.ttft_s = time.perf_counter() - d.answering.question.asked_s
+            d.pieces.append(piece)
+            if d.answering is not None and piece:
+                s.emit(Token(d.answering.question.id, piece))
+        if not d.decoding.done:
+            return
+        s.decoding = None
+        if d.answering is not None:
+            s.reasoning.complete(d.answering, d.pieces, d.ttft_s, s.emit)
+        else:
+            s.reasoning.offer("".join(d.pieces), s.emit)
+
+    def _ingest(self, streams: list[Stream], budget: int) -> tuple[bool, int]:
+        """Step 2: True if speech blocks or chunks were encoded, and the budget left. An utterance due before a
+        stream's next chunk is encoded first, in its own short text forward (utterances are rare and short)."""
+        spoke = False
+        for s in streams:
+            if s.ingest.speech_due and not s.closed and (not spoke or s.ingest.speech_tokens() <= budget):
+                budget -= s.ingest.speech_tokens()
+                spoke = True
+                self._guard(s, self._speak, s)
+        ready = []
+        for s in streams:
+            if len(ready) == self.max_batch:
+                break
+            if s.ingest.chunk_ready and not s.closed:
+                cost = s.ingest.job_tokens
+                if ready and cost > budget:
+                    break  # the next streams' chunks wait for the next step (round-robin: they come first then)
+                ready.append(s)
+                budget -= cost
+        if not ready:
+            return spoke, budget
+        jobs = {s: s.ingest.jobs() for s in ready}
+
+        def encode(group: list[Stream]) -> None:
+            flat = [j for s in group for j in jobs[s]]
+            t0 = time.perf_counter()
+            encoded = self.adapter.encode_chunks(flat)
+            share = (time.perf_counter() - t0) / len(group)
+            for s in group:
+                mine, encoded = encoded[:len(jobs[s])], encoded[len(jobs[s]):]
+                self._guard(s, s.ingest.commit, mine, share)
+
+        self._batched(ready, "encode", encode)
+        return True, budget
+
+    def _speak(self, s: Stream) -> None:
+        """One utterance of `s`, in its time among the chunks: its transcript, and a speech block in its window
+        that speech triggers hear (or, after the wake word, the question it asks)."""
+        utterance = s.ingest.next_utterance
+        if utterance.question is not None:
+            s.spoken(s.ingest.take_utterance())
+            return
+        s.emit(Transcript(round(utterance.t_s, 3), round(utterance.t_end_s, 3), utterance.text))
+        encoded = self.adapter.encode_text(speech_line(utterance), s.ingest.speech_context())
+        block = s.ingest.commit_speech(encoded)
+        s.reasoning.hear(block, s.emit)
+
+    def _decide(self, streams: list[Stream], budget: int) -> bool:
+        """Step 3: True if anything was probed or a narration look started."""
+        rows = {}
+        did = False
+        for s in streams:
+            if s.decoding is not None or s.closed:
+                continue  # a narration look (or an answer) is under way: the next round waits for it
+            got = self._guard(s, s.reasoning.probe_rows, s.emit, s.config.triggers.probe_batch, budget, not rows)
+            if got is None:
+                continue
+            if got:
+                rows[s] = got
+                budget -= sum(tr.tokens for tr, _, _ in got)
+            elif (look := self._guard(s, s.reasoning.narration_look, s.emit)) is not None:
+                context, prompt = look
+                s.decoding = Decoding(self.adapter.start_decoding(context, prompt, s.config.generation.max_new_tokens))
+                did = True
+        if not rows:
+            return did
+
+        def probe(group: list[Stream]) -> None:
+            flat = [(context, question) for s in group for _, context, question in rows[s]]
+            scores = self.adapter.probe_rows(flat)
+            for s in group:
+                mine, scores = scores[:len(rows[s])], scores[len(rows[s]):]
+                self._guard(s, s.reasoning.apply_scores, rows[s], mine, s.emit)
+
+        self._batched(list(rows), "probe", probe)
+        return True
+
+    # ---- errors -----------------------------------------------------------------------------------------
+    def _batched(self, group: list[Stream], kind: str, run: Callable[[list[Stream]], None]) -> None:
+        """`run` the group's batched forward; when it raises, each stream alone, so the error reaches only the
+        stream whose work raised it."""
+        self.forwards[kind] += 1
+        try:
+            run(group)
+        except Exception:  # noqa: BLE001 - retried per stream below; a stream's own error closes it
+            if len(group) == 1:
+                self._fail(group[0])
+                return
+            self.batch_fallbacks += 1
+            log.warning("a batched %s forward of %d streams failed (%r): retried stream by stream", kind, len(group),
+                        sys.exc_info()[1])
+            for s in group:
+                self._guard(s, run, [s])
+
+    def _guard(self, s: Stream, fn, *args):
+        try:
+            return fn(*args)
+        except Exception:  # noqa: BLE001 - this stream's error goes to its caller; the others go on
+            self._fail(s)
+            return None
+
+    def _fail(self, s: Stream) -> None:
+        error = sys.exc_info()[1]
+        log.warning("stream %s failed: %r", s.id, error)
+        s.close(error)
+
+
+def _groups(items: list, size: int) -> list[list]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def prefill_left(decoding) -> int:
+    """Prompt tokens an adapter's decoding has not fed yet (0 for decodings that prefill in one go)."""
+    return getattr(decoding, "prefill_left", 0)
+
+
+def shares(needs: list[int], budget: int) -> list[int]:
+    """Tokens each prompt being prefilled feeds this step: `budget` shared equally, a share larger than a prompt's
+    need going to the others (water-filling), in order; the first always gets at least one token (progress)."""
+    out = [0] * len(needs)
+    left = max(budget, 1 if needs else 0)
+    for rank, i in enumerate(sorted(range(len(needs)), key=lambda i: needs[i])):
+        out[i] = min(needs[i], left // (len(needs) - rank))
+        left -= out[i]
+    if needs and not any(out):
+        out[0] = min(needs[0], max(budget, 1))
+    return out
