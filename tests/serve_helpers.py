@@ -6,8 +6,12 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
+import shutil
 import socket
+import subprocess
 import threading
+import wave
 
 import httpx
 import numpy as np
@@ -146,3 +150,21 @@ def strict_json(text: str):
         raise AssertionError(f"non-standard JSON constant {name}")
 
     return json.loads(text, parse_constant=refuse)
+
+
+def spoken(tmp_path, text: str, rate: int) -> np.ndarray:
+    """espeak-ng saying `text` as PCM16 samples at `rate`, with 0.5 s of silence before and 1 s after (the listener
+    ends an utterance on the silence after it). Skips without espeak-ng, unless STREAMVID_REQUIRE_SPEECH=1."""
+    exe = shutil.which("espeak-ng")
+    if exe is None:
+        if os.environ.get("STREAMVID_REQUIRE_SPEECH") == "1":
+            raise RuntimeError("STREAMVID_REQUIRE_SPEECH=1 but espeak-ng is not installed")
+        pytest.skip("espeak-ng is not installed")
+    out = tmp_path / "say.wav"
+    subprocess.run([exe, "-v", "en-us", "-w", str(out), text], check=True, timeout=30)
+    with wave.open(str(out)) as w:
+        x = np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.float32) / 32768
+        src = w.getframerate()
+    x = np.concatenate([np.zeros(src // 2, np.float32), x, np.zeros(src, np.float32)])
+    t = np.arange(int(len(x) * rate / src)) / rate
+    return (np.interp(t, np.arange(len(x)) / src, x) * 32767).astype("<i2")

@@ -10,16 +10,13 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import queue
-import shutil
-import subprocess
-import wave
 
 import numpy as np
 import pytest
-
 from conftest import random_frames, wait_until
+from serve_helpers import spoken
+
 from streamvid.assistant.hearing import Hearing
 from streamvid.audio.pcm import RATE
 from streamvid.audio.vad import WINDOW, Segmenter
@@ -142,32 +139,16 @@ def test_untimed_sound_flows_on_and_after_a_pause_resumes_where_the_video_is(liv
 websockets_sync = pytest.importorskip("websockets.sync.client")
 
 
-def _speech(tmp_path, text: str, rate: int) -> np.ndarray:
-    exe = shutil.which("espeak-ng")
-    if exe is None:
-        if os.environ.get("STREAMVID_REQUIRE_SPEECH") == "1":
-            raise RuntimeError("STREAMVID_REQUIRE_SPEECH=1 but espeak-ng is not installed")
-        pytest.skip("espeak-ng is not installed")
-    out = tmp_path / "say.wav"
-    subprocess.run([exe, "-v", "en-us", "-w", str(out), text], check=True, timeout=30)
-    with wave.open(str(out)) as w:
-        x = np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.float32) / 32768
-        src = w.getframerate()
-    x = np.concatenate([np.zeros(src // 2, np.float32), x, np.zeros(src, np.float32)])
-    t = np.arange(int(len(x) * rate / src)) / rate
-    return (np.interp(t, np.arange(len(x)) / src, x) * 32767).astype("<i2")
-
-
 def test_a_question_spoken_after_frames_ahead_of_real_time_is_answered_on_the_socket(adapter, tiny_model_dir,
                                                                                        tmp_path):
     import httpx
-
     from serve_helpers import push_frames, running, strict_json
+
     from streamvid.serve import ServeOptions, build_app
 
     config = EngineConfig.from_settings(model=str(tiny_model_dir), max_new_tokens=4, window_s=2.0, device="cpu")
     engine = Engine(config, adapter)
-    asked = _speech(tmp_path, "assistant, what colour is the star", 24000)
+    asked = spoken(tmp_path, "assistant, what colour is the star", 24000)
     try:
         with running(build_app(engine, ServeOptions(max_new_tokens=4))) as url, \
                 httpx.Client(base_url=url, timeout=60.0) as http:

@@ -11,18 +11,14 @@ import base64
 import contextlib
 import io
 import json
-import os
 import re
-import shutil
-import subprocess
 import threading
-import wave
 from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
-from serve_helpers import engine_answer, frames_taken, png, running, wait_until
+from serve_helpers import engine_answer, frames_taken, png, running, spoken, wait_until
 
 from streamvid.config import EngineConfig
 from streamvid.engine.engine import Engine
@@ -261,30 +257,13 @@ def test_frames_as_input_image_items_and_a_question_answered_like_the_engine(bun
     assert after[-1].error.code == "response_cancel_not_active"
 
 
-def _speech(tmp_path, text: str) -> bytes:
-    """espeak-ng saying `text`, as PCM16 at 24 kHz with a little silence around it."""
-    exe = shutil.which("espeak-ng")
-    if exe is None:
-        if os.environ.get("STREAMVID_REQUIRE_SPEECH") == "1":
-            raise RuntimeError("STREAMVID_REQUIRE_SPEECH=1 but espeak-ng is not installed")
-        pytest.skip("espeak-ng is not installed")
-    out = tmp_path / "say.wav"
-    subprocess.run([exe, "-v", "en-us", "-w", str(out), text], check=True, timeout=30)
-    with wave.open(str(out)) as w:
-        x = np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.float32) / 32768
-        src = w.getframerate()
-    x = np.concatenate([np.zeros(src // 2, np.float32), x, np.zeros(src, np.float32)])
-    t = np.arange(int(len(x) * 24000 / src)) / 24000
-    return (np.interp(t, np.arange(len(x)) / src, x) * 32767).astype("<i2").tobytes()
-
-
 def test_a_spoken_question_is_transcribed_and_answered_aloud(bundled, http, images, tmp_path):
     """Push to talk (turn_detection null): appended PCM16, committed: the transcription (the words spoken), then
     response.create: the answer spoken (audio deltas the length of real speech) with its transcript, which is the
     engine's answer to the transcribed question on the same frames; the same sound as an input_audio part of a
     user item is transcribed into the item."""
     url, engine = bundled
-    pcm = _speech(tmp_path, "how many shapes are on screen")
+    pcm = spoken(tmp_path, "how many shapes are on screen", 24000).tobytes()
 
     async def main():
         async with client(url).realtime.connect(model=MODEL) as conn:
@@ -299,13 +278,13 @@ def test_a_spoken_question_is_transcribed_and_answered_aloud(bundled, http, imag
             await conn.input_audio_buffer.commit()
             heard = await events.until("conversation.item.input_audio_transcription.completed")
             await conn.response.create()
-            spoken = await events.until("response.done")
+            answered = await events.until("response.done")
             await conn.conversation.item.create(item={"type": "message", "role": "user", "content": [
                 {"type": "input_audio", "audio": base64.b64encode(pcm).decode()}]})
             item = (await events.until("conversation.item.done"))[-1].item
-            return heard, spoken, item
+            return heard, answered, item
 
-    heard, spoken, item = asyncio.run(main())
+    heard, answered, item = asyncio.run(main())
     assert item.content[0].type == "input_audio" and {"many", "shapes", "screen"} <= set(
         words(item.content[0].transcript))
     committed = next(e for e in heard if e.type == "input_audio_buffer.committed")
@@ -313,13 +292,13 @@ def test_a_spoken_question_is_transcribed_and_answered_aloud(bundled, http, imag
     assert transcript.item_id == committed.item_id
     assert {"many", "shapes", "screen"} <= set(words(transcript.transcript))
     expected = engine_answer(BUNDLED, engine.adapter, images, transcript.transcript)
-    done = spoken[-1].response
+    done = answered[-1].response
     assert done.status == "completed" and done.output_modalities == ["audio"]
-    said = "".join(e.delta for e in spoken if e.type == "response.output_audio_transcript.delta")
+    said = "".join(e.delta for e in answered if e.type == "response.output_audio_transcript.delta")
     assert words(said) == words(expected["text"]) and done.output[0].content[0].transcript == said
-    audio = b"".join(base64.b64decode(e.delta) for e in spoken if e.type == "response.output_audio.delta")
+    audio = b"".join(base64.b64decode(e.delta) for e in answered if e.type == "response.output_audio.delta")
     assert len(audio) > 2 * 24000 * 0.2  # more than 0.2 s of speech
-    assert not [e for e in spoken if e.type == "response.output_text.delta"]
+    assert not [e for e in answered if e.type == "response.output_text.delta"]
 
 
 def test_an_alert_is_a_server_initiated_response_with_its_details_as_metadata(bundled, http, images):
@@ -420,7 +399,7 @@ def test_server_vad_answers_each_utterance_by_itself(bundled, http, images, tmp_
     detector; the utterance comes as speech_started / speech_stopped, committed (the same item), its user item and
     transcription, and a response nobody created, whose text is the engine's answer to the words heard."""
     url, engine = bundled
-    pcm = _speech(tmp_path, "how many shapes are on screen")
+    pcm = spoken(tmp_path, "how many shapes are on screen", 24000).tobytes()
 
     async def main():
         async with client(url).realtime.connect(model=MODEL) as conn:
@@ -542,7 +521,8 @@ def test_with_questions_wake_word_only_an_addressed_utterance_is_answered(bundle
     """session.streamvid.questions "wake_word": an utterance without the wake word is only heard (committed and
     transcribed, no response); the next, addressed with it, gets the one response, for its item."""
     url, _ = bundled
-    plain, asked = _speech(tmp_path, "the shapes are moving"), _speech(tmp_path, "assistant, how many shapes are there")
+    plain = spoken(tmp_path, "the shapes are moving", 24000).tobytes()
+    asked = spoken(tmp_path, "assistant, how many shapes are there", 24000).tobytes()
 
     async def main():
         async with client(url).realtime.connect(model=MODEL) as conn:

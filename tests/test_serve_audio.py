@@ -9,40 +9,20 @@ from __future__ import annotations
 import base64
 import io
 import json
-import os
 import re
-import shutil
-import subprocess
 import threading
 import wave
 
 import httpx
 import numpy as np
 import pytest
+from conftest import random_frames
+from serve_helpers import config, engine, frames_taken, png, running, spoken, strict_json, wait_until  # noqa: F401 - fixtures
 
 from streamvid.eval.wer import words
 from streamvid.serve import ServeOptions, build_app
-from conftest import random_frames
-from serve_helpers import config, engine, frames_taken, png, running, strict_json, wait_until  # noqa: F401 - fixtures
 
 websockets_sync = pytest.importorskip("websockets.sync.client")
-
-
-def _speech(tmp_path, text: str, rate: int) -> np.ndarray:
-    exe = shutil.which("espeak-ng")
-    if exe is None:
-        if os.environ.get("STREAMVID_REQUIRE_SPEECH") == "1":
-            raise RuntimeError("STREAMVID_REQUIRE_SPEECH=1 but espeak-ng is not installed")
-        pytest.skip("espeak-ng is not installed")
-    out = tmp_path / "say.wav"
-    subprocess.run([exe, "-v", "en-us", "-w", str(out), text], check=True, timeout=30)
-    with wave.open(str(out)) as w:
-        x = np.frombuffer(w.readframes(w.getnframes()), "<i2").astype(np.float32) / 32768
-        src = w.getframerate()
-    silence = np.zeros(src, np.float32)
-    x = np.concatenate([silence / 2, x, silence])  # the listener ends an utterance on the silence after it
-    t = np.arange(int(len(x) * rate / src)) / rate
-    return (np.interp(t, np.arange(len(x)) / src, x) * 32767).astype("<i2")
 
 
 def _wav(samples: np.ndarray, rate: int) -> bytes:
@@ -84,12 +64,12 @@ def test_pushed_wav_and_pcm_are_heard_as_transcript_events(server, http, tmp_pat
     got, stop = [], threading.Event()
     reader = _events(server, sid, got, stop)
     try:
-        r = http.post(f"/v1/streams/{sid}/audio?t_s=2.0", content=_wav(_speech(tmp_path, "stop", 22050), 22050),
+        r = http.post(f"/v1/streams/{sid}/audio?t_s=2.0", content=_wav(spoken(tmp_path, "stop", 22050), 22050),
                       headers={"content-type": "audio/wav"})
         assert r.status_code == 200, r.text
         first = r.json()
         assert first["t_s"] == 2.0 and first["t_end_s"] > 3.0
-        raw = _speech(tmp_path, "where are my keys", 24000).tobytes()
+        raw = spoken(tmp_path, "where are my keys", 24000).tobytes()
         r = http.post(f"/v1/streams/{sid}/audio?rate=24000", content=raw, headers={"content-type": "audio/pcm"})
         assert r.status_code == 200 and r.json()["t_s"] == first["t_end_s"]  # goes on where the last ended
         said = wait_until(lambda: [e for e in got if e["type"] == "transcript"][1:] and
@@ -136,7 +116,7 @@ def test_sound_to_a_clip_stream_is_409(http):
 def test_realtime_socket_hears_input_audio_buffer_append(server, http, tmp_path):
     sid = http.post("/v1/streams", json={"source": "push"}).json()["id"]
     try:
-        raw = _speech(tmp_path, "please help", 24000).tobytes()
+        raw = spoken(tmp_path, "please help", 24000).tobytes()
         with websockets_sync.connect(server.replace("http://", "ws://") + f"/v1/streams/{sid}/realtime") as ws:
             ws.send(json.dumps({"type": "input_audio_buffer.append", "audio": "***"}))
             error = strict_json(ws.recv(timeout=60))
@@ -161,7 +141,7 @@ def test_a_spoken_question_in_a_chat_completion(server, http, tmp_path):
     try:
         client = openai.OpenAI(base_url=f"{server}/v1", api_key="unused", max_retries=0, timeout=120.0)
         model = http.get("/v1/models").json()["data"][0]["id"]
-        wav = _wav(_speech(tmp_path, "what colour is the star", 16000), 16000)
+        wav = _wav(spoken(tmp_path, "what colour is the star", 16000), 16000)
         part = {"type": "input_audio", "input_audio": {"data": base64.b64encode(wav).decode(), "format": "wav"}}
         reply = client.chat.completions.create(model=model, extra_body={"stream_id": sid},
                                                messages=[{"role": "user", "content": [part]}])
@@ -186,7 +166,7 @@ def test_audio_speech_speaks_with_the_servers_voice(server, http, tmp_path):
     """OpenAI's /v1/audio/speech through the openai client: a 24 kHz WAV whose words the recogniser hears (an
     independent check of what was said); a bad format or empty input is a one-line 400."""
     openai = pytest.importorskip("openai")
-    _speech(tmp_path, "x", 16000)  # (skips without espeak-ng, the voice this test hears)
+    spoken(tmp_path, "x", 16000)  # (skips without espeak-ng, the voice this test hears)
     from streamvid.audio.asr import load_recognizer
     from streamvid.audio.pcm import wav_samples
 
@@ -209,7 +189,7 @@ def test_a_question_spoken_on_the_socket_is_answered_in_text_and_speech(server, 
     the answer's text deltas (joined: the answer) and its audio deltas (PCM16 the recogniser hears the answer in,
     when it has words), then response.done; an empty commit and a cancel with nothing to cancel are errors."""
     sid = http.post("/v1/streams", json={"source": "push"}).json()["id"]
-    raw = _speech(tmp_path, "what colour is the star", 24000).tobytes()
+    raw = spoken(tmp_path, "what colour is the star", 24000).tobytes()
     try:
         with websockets_sync.connect(server.replace("http://", "ws://") + f"/v1/streams/{sid}/realtime") as ws:
             def until(kind):
@@ -251,8 +231,8 @@ def test_server_vad_on_the_socket_tells_speech_edges_and_answers_the_wake_word(s
     transcript only, and speech after the wake word as a committed item with its transcription (same item_id as
     its speech_started) and a spoken response; silence_duration_ms is echoed, and refused out of range."""
     sid = http.post("/v1/streams", json={"source": "push"}).json()["id"]
-    plain = _speech(tmp_path, "the star is blue", 24000)
-    asked = _speech(tmp_path, "assistant, what colour is the star", 24000)
+    plain = spoken(tmp_path, "the star is blue", 24000)
+    asked = spoken(tmp_path, "assistant, what colour is the star", 24000)
 
     def voiced_ms(x, offset):
         loud = np.flatnonzero(np.abs(x.astype(np.int32)) > 300)

@@ -128,8 +128,8 @@ class Budgets:
                   else f"about the last {_seconds(self.window_seconds_held)}")
         rate = self.memory_bytes_per_s
         return (f"Answers look at {recent} of video and what is remembered before it: about "
-                f"{_spelled(self.ram_bytes / rate)} of video in {_size(self.ram_bytes)} of RAM, then "
-                f"{_spelled(self.disk_bytes / rate)} on disk (-v for the details).")
+                f"{_duration(self.ram_bytes / rate, spelled=True)} of video in {_size(self.ram_bytes)} of RAM, then "
+                f"{_duration(self.disk_bytes / rate, spelled=True)} on disk (-v for the details).")
 
     def describe(self) -> str:
         """One line: the window in seconds, tokens and MB; how long RAM and disk hold long-term memory."""
@@ -180,18 +180,11 @@ def _seconds(s: float) -> str:
     return f"{s:g} s"
 
 
-def _spelled(s: float) -> str:
-    """A duration in words ("238 hours", "13 minutes") for a sentence."""
+def _duration(s: float, spelled: bool = False) -> str:
+    """A duration in its largest sensible unit: "238 h", or "238 hours" (`spelled`) for a sentence."""
+    s_unit, m_unit, h_unit = ("seconds", "minutes", "hours") if spelled else ("s", "min", "h")
     if s < 120:
-        return f"{s:.0f} seconds"
+        return f"{s:.0f} {s_unit}"
     if s < 3 * 3600:
-        return f"{s / 60:,.0f} minutes"
-    return f"{s / 3600:,.0f} hours"
-
-
-def _duration(s: float) -> str:
-    if s < 120:
-        return f"{s:.0f} s"
-    if s < 3 * 3600:
-        return f"{s / 60:,.0f} min"
-    return f"{s / 3600:,.0f} h"
+        return f"{s / 60:,.0f} {m_unit}"
+    return f"{s / 3600:,.0f} {h_unit}"
