@@ -12,7 +12,8 @@ The attackers:
 - wav_rate: 3 clients sending, as fast as they are answered, a 144-byte WAV whose header says 2^30 Hz and a WAV
   at 1 Hz (19 KB) to a push stream's audio route, and the same bytes as a chat completion's input_audio part;
 - tts: 12 clients asking /v1/audio/speech for 4,095 characters each, as fast as they are answered;
-- spoken: 6 clients asking spoken questions of 94-185 s (espeak-ng speech, repeated) as input_audio parts;
+- spoken: 6 clients asking spoken questions as input_audio parts (espeak-ng speech, repeated, at 8 kHz): 29 s, the
+  longest heard (30 s), three times in four, and 94 s (refused by its length);
 - appends: 8 realtime sockets sending 30 s of speech each in 20 s as input_audio_buffer.append messages;
 - webhooks: the server POSTs alerts to a dead receiver (a port that accepts and never answers) and a healthy one;
   3 attacker streams with 32 watches each that hold on their clip; reported too: the victim's alerts at the
@@ -227,7 +228,9 @@ def attack(kind: str, url: str, model: str, frames: list[bytes], a: Attacker) ->
         a.spawn(12, send)
     elif kind == "spoken":
         sid = push_stream(url)
-        bodies = [base64.b64encode(speech_wav(s)).decode() for s in (94, 120, 150, 185)]
+        # the longest spoken questions that reach the recogniser: 29 s (the bound is 30 s) at 8 kHz, whose base64 fits
+        # the 1-MB JSON body (at 16 kHz it does not); and one of 94 s, refused by its length before recognition
+        bodies = [base64.b64encode(speech_wav(s, rate=8000)).decode() for s in (29, 29, 29, 94)]
 
         def send(c: httpx.Client, i: int) -> None:
             part = {"type": "input_audio", "input_audio": {"data": bodies[i % len(bodies)], "format": "wav"}}
