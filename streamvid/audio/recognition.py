@@ -18,6 +18,7 @@ goes to the back of the line while it has more. Within a stream, utterances keep
 from __future__ import annotations
 
 import asyncio
+import os
 import queue
 import threading
 import weakref
@@ -85,6 +86,7 @@ class FairRecognition:
             return job
 
     def _serve(self) -> None:
+        below_the_engine()
         while (job := self._next()) is not None:
             future, run = job
             if not future.set_running_or_notify_cancel():
@@ -156,6 +158,7 @@ class IdlePool:
         return future
 
     def _work(self) -> None:
+        below_the_engine()
         while True:
             with self._lock:
                 self._idle += 1
@@ -183,3 +186,15 @@ _pool = IdlePool(SOUND_THREADS)
 async def off_loop(job: Callable, *args):
     """`job(*args)` on the sound pool (a request that decodes sound or waits for the recogniser), awaited."""
     return await asyncio.wrap_future(_pool.submit(job, *args))
+
+
+NICENESS = 10  # sound work (recognition, synthesis, decoding requests) gives way to the engine's forwards
+
+
+def below_the_engine() -> None:
+    """Lower the calling thread's CPU priority to NICENESS (Linux: a thread's own niceness, inherited by the threads
+    and processes it starts, e.g. espeak-ng); nothing where the platform has no per-thread niceness."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICENESS)
+    except (AttributeError, OSError):
+        pass
