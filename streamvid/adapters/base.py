@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import torch
 
+from streamvid.adapters.refusals import check_layers
 from streamvid.types import ChunkJob, Context, Encoded
 
 if TYPE_CHECKING:
@@ -124,10 +125,8 @@ def load_adapter(model: str, device: str = "cpu", dtype: str = "auto", index_lay
     `options`: `device_map` ("auto": accelerate spreads a checkpoint that does not fit one device), `attn`
     ("auto", "sdpa", "flash_attention_2", "eager"). `index_layer` None: the default for the checkpoint
     (`retrieval.default_index_layer`)."""
-    from streamvid.adapters.refusals import check_layers
-
     config = read_config(model)
-    check_layers(config, model)  # layers the engine cannot hold (hybrid, sliding-window, shared K/V): refused first
+    check_layers(config, model, list(REGISTRY))  # layers the engine cannot hold (hybrid, sliding-window, shared K/V): refused first
     cls = adapter_class(config)  # then an unsupported architecture
     if index_layer is None:
         from streamvid.adapters.retrieval import default_index_layer

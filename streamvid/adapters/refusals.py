@@ -47,15 +47,14 @@ def layer_reasons(config: dict) -> list[str]:
     return list(dict.fromkeys(reasons))
 
 
-def check_layers(config: dict, model: str) -> None:
-    """Refuse (ValueError, one line) a checkpoint whose layers the engine cannot hold."""
+def check_layers(config: dict, model: str, model_types: list[str]) -> None:
+    """Refuse (ValueError, one line naming the supported `model_types`) a checkpoint whose layers the engine cannot
+    hold."""
     reasons = layer_reasons(config)
     if reasons:
-        from streamvid.adapters.base import REGISTRY
-
         raise ValueError(f"cannot load model {model!r}: model_type {config.get('model_type')!r} has "
                          f"{'; '.join(reasons)}: the engine holds full-attention K/V layers only; supported "
-                         f"model types: {', '.join(REGISTRY)}")
+                         f"model types: {', '.join(model_types)}")
 
 
 def check_tokenizer(tokenizer, model: str) -> None:
