@@ -102,6 +102,8 @@ def capture(page, url: str, manager, out_dir: Path) -> Capture:
         page.locator("#sv-condition textarea").fill(condition)
         page.locator("#sv-watch").click()
         _wait(lambda c=condition: c in [t["condition"] for t in session.triggers()], 30, f"the watch {condition!r}")
+        # the handler empties the box once it returns: a condition typed before then would be wiped
+        page.wait_for_function("() => document.querySelector('#sv-condition textarea').value === ''")
     page.locator("#sv-start-clip").click()  # the first clip of the list
     _wait(lambda: session.status().get("source") == CLIP, 30, f"{CLIP} to play")
     _wait(lambda: len(session.alerts()) >= len(CONDITIONS), WAIT_MS / 1000, "an alert of each watch")
