@@ -46,6 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--cors-origin", action="append", default=[], metavar="ORIGIN",
                    help="let browser pages from ORIGIN (scheme://host[:port]) call the API (repeatable; default: "
                         "the server's own origin only)")
+    s.add_argument("--ice-server", action="append", default=[], metavar="URL",
+                   help="a STUN or TURN server for WebRTC calls (POST /v1/realtime/calls): stun:HOST:PORT or "
+                        "turn:USER:PASSWORD@HOST:PORT (repeatable; default: none, host candidates only)")
     s.add_argument("--max-json-mb", type=float, default=1.0, metavar="MB",
                    help="refuse request bodies other than frame images above this size (413), before reading them")
     s.add_argument("--request-timeout-s", type=float, default=30.0, metavar="SECONDS",
@@ -109,7 +112,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                            stream_idle_timeout_s=_seconds(args.stream_idle_timeout_s, "--stream-idle-timeout-s"),
                            session_save_s=_seconds(args.session_save_s, "--session-save-s"),
                            host=args.host, allowed_hosts=tuple(args.allowed_host), cors_origins=tuple(args.cors_origin),
-                           max_json_mb=args.max_json_mb,
+                           max_json_mb=args.max_json_mb, ice_servers=_ice_servers(args.ice_server),
                            request_timeout_s=_positive(args.request_timeout_s, "--request-timeout-s"))
     from streamvid.hub.policy import SourcePolicy
     from streamvid.serve.webhooks import WebhookSender
@@ -221,3 +224,11 @@ def _serve_ray(args: argparse.Namespace, cfg, options, policy) -> int:
             serve.shutdown()
         finally:
             ray.shutdown()
+
+
+def _ice_servers(urls: list[str]) -> tuple[str, ...]:
+    from streamvid.serve.realtime_calls import ice_server
+
+    for url in urls:
+        ice_server(url)  # a malformed one is one line now
+    return tuple(urls)

@@ -6,13 +6,14 @@ gives a key a browser (or any client the server's key must not reach) uses as it
       -> {"value": "ek_...", "expires_at": 1767225600, "session": {"type": "realtime", "object":
           "realtime.session", "id", ..., "expires_at"}}                            (OpenAI's shape)
 
-A secret lives `seconds` (10 to 7200; 600 by default), is good for one session (a second upgrade with it is
-refused), and only for the realtime socket (`GET /v1/realtime`): on any other `/v1` route it is a wrong key (401).
+A secret lives `seconds` (10 to 7200; 600 by default), is good for one session (a second upgrade or call with it
+is refused), and only for the realtime socket (`GET /v1/realtime`) and a WebRTC call's offer (`POST
+/v1/realtime/calls`): on any other `/v1` route it is a wrong key (401).
 The session it was made with (checked when it is made, realtime_session.py) is that session from its
 session.created on; its `streamvid.stream_id` names a stream to attach to. Secrets live in the server's memory (a restart forgets them).
 
 `SecretDoor` is what lets a secret in: an ASGI middleware outside the front door (front_door.py) that, for the
-realtime socket's upgrade only, takes a valid secret's `Authorization` as the server's key (the front door then lets
+realtime socket's upgrade and a call's offer only, takes a valid secret's `Authorization` as the server's key (the front door then lets
 it pass) and marks the scope with the secret, which the socket takes (`authorize`).
 """
 
@@ -33,6 +34,7 @@ from streamvid.serve.web import GetBackend, check_key
 DEFAULT_S, MIN_S, MAX_S = 600, 10, 7200
 MAX_LIVE = 10_000  # secrets kept at once: past this the oldest are forgotten
 REALTIME_PATHS = ("/v1/realtime",)
+CALLS_PATH = "/v1/realtime/calls"  # a WebRTC call's offer (realtime_calls.py)
 SCOPE_KEY = "streamvid.client_secret"
 
 
@@ -114,7 +116,9 @@ class SecretDoor:
         self.app, self.secrets, self.api_key = app, secrets, api_key
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "websocket" and self.api_key and scope.get("path") in REALTIME_PATHS:
+        realtime = (scope["type"] == "websocket" and scope.get("path") in REALTIME_PATHS) or (
+            scope["type"] == "http" and scope.get("method") == "POST" and scope.get("path") == CALLS_PATH)
+        if realtime and self.api_key:
             headers = list(scope.get("headers", ()))
             for i, (name, raw) in enumerate(headers):
                 if name.lower() == b"authorization":

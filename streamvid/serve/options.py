@@ -28,6 +28,7 @@ class ServeOptions(HubOptions):
     webhook_retries: int = 5
     webhook_thumbnails: bool = False  # each alert POSTed with a small base64 JPEG of its snapshot ("thumbnail")
     heartbeat_s: float = 15.0  # SSE comment / idle tick while no output comes
+    ice_servers: tuple[str, ...] = ()  # WebRTC calls' STUN/TURN servers (--ice-server); none: host candidates only
     # the front door (front_door.py): the bound address, more Host names and browser origins to accept, JSON bodies
     host: str = "127.0.0.1"
     allowed_hosts: tuple[str, ...] = ()

@@ -3,6 +3,7 @@ was given, the response being given and the alerts and remarks waiting for it, t
 OpenAI's events (the response lifecycle is realtime_responses.py's, sound in realtime_input.py's).
 
     session = RealtimeSession(ws, backend, sid, items, fps)   # `items`: backend.events(sid, deltas=True)
+    # (a WebRTC call passes its data channel as `ws` and its outbound audio track: realtime_calls.py)
     await session.run(granted)        # until the client goes: session.created first, then event by event
 
 Each client event is handled in its turn (HANDLERS); whatever one raises is answered as an error event and the
@@ -34,8 +35,9 @@ MAX_ITEMS = 256  # user items a session remembers (for delete / retrieve)
 class RealtimeSession(AudioIn):
     """One connection: its session, its items, the response being given and the remarks waiting for it."""
 
-    def __init__(self, ws: WebSocket, backend, sid: str, items, fps: float | None):
+    def __init__(self, ws: WebSocket, backend, sid: str, items, fps: float | None, voice_track=None):
         self.ws, self.backend, self.sid, self.items, self.fps = ws, backend, sid, items, fps
+        self.voice_track = voice_track  # a WebRTC call's outbound audio (webrtc_media.SpokenTrack), or None
         self.options = backend.options
         self.limit = int(4 / 3 * self.options.max_body_mb * 2**20) + 65536
         self.buffer = bytearray()
@@ -47,6 +49,7 @@ class RealtimeSession(AudioIn):
         self.waiting: deque[dict] = deque(maxlen=32)  # alerts and remarks for after the active response
         self.speech: list[dict] = []  # server VAD: the newest stretches of speech {"item_id", "start"}
         self.heard = False  # this client has appended sound to the stream (server VAD answers it)
+        self.ready = asyncio.Event()  # set once run() has the session's configuration and outbox
 
     async def run(self, granted: dict | None) -> None:
         try:
@@ -54,7 +57,8 @@ class RealtimeSession(AudioIn):
         except Conflict:  # --tts off, or no voice installed: text only
             self.voice = None
         self.config = SessionConfig(self.options.model_id, self.sid, self.fps, self.voice is not None)
-        self.out = Outbox(self.ws)
+        self.out = Outbox(self.ws, self.voice_track)
+        self.ready.set()
         refused = None
         if granted:  # a client secret's session is the session from the start
             try:
@@ -251,6 +255,12 @@ class RealtimeSession(AudioIn):
                              "response_cancel_not_active")
         r.cancel("client_cancelled")
 
+    async def audio_out_clear(self, event: dict) -> None:
+        if self.voice_track is None:
+            raise ParamError("output_audio_buffer.clear is for WebRTC calls (POST /v1/realtime/calls); on this "
+                             "socket, response.cancel stops the audio deltas", "type", "invalid_event_type")
+        self.voice_track.clear()
+
     def remark(self, item: dict) -> None:
         """An alert or a narration remark as a server-initiated response."""
         alert = item["type"] == "alert"
@@ -316,4 +326,5 @@ HANDLERS = {
     "input_audio_buffer.clear": RealtimeSession.audio_clear,
     "response.create": RealtimeSession.response_create,
     "response.cancel": RealtimeSession.response_cancel,
+    "output_audio_buffer.clear": RealtimeSession.audio_out_clear,
 }

@@ -2,6 +2,7 @@
 in order by one writer; errors in OpenAI's error shape; ids for items and responses.
 
     out = Outbox(ws)                                   # one writer task: events go out in the order given
+    out = Outbox(channel_socket, voice_track)          # a WebRTC call: spoken answers play on its audio track
     out.put({"type": "session.created", "session": {...}})            # from the event loop
     out.put_threadsafe({"type": "response.output_audio.delta", ...})  # from another thread (a speaker)
     out.error(ParamError("...", "session.type"), client_event_id)     # {"type": "error", "event_id", "error": {
@@ -31,8 +32,9 @@ def new_id(prefix: str) -> str:
 
 
 class Outbox:
-    def __init__(self, ws):
+    def __init__(self, ws, voice_track=None):
         self.ws = ws
+        self.voice_track = voice_track  # a WebRTC call's outbound audio (webrtc_media.SpokenTrack): speech goes there
         self.loop = asyncio.get_running_loop()
         self.queue: asyncio.Queue = asyncio.Queue()
         self._ids = itertools.count()

@@ -40,9 +40,10 @@ import contextlib
 from fastapi import FastAPI, WebSocket
 
 from streamvid.hub.errors import HubError
-from streamvid.serve import client_secrets
+from streamvid.serve import client_secrets, realtime_calls
 from streamvid.serve.client_secrets import ClientSecrets, authorize
 from streamvid.serve.errors import ServeError, wire_error
+from streamvid.serve.realtime_calls import Calls
 from streamvid.serve.realtime_conversation import RealtimeSession
 from streamvid.serve.realtime_session import ParamError, check_model
 from streamvid.serve.web import GetBackend, error_response
@@ -92,11 +93,14 @@ async def _deny(ws: WebSocket, e: ServeError) -> None:
         await ws.close(code=1008, reason=e.message[:120])
 
 
-def mount(app: FastAPI, get_backend: GetBackend, api_key: str | None) -> ClientSecrets:
-    """The GA realtime socket, `POST /v1/realtime/client_secrets`, and the door that lets a client secret in to
-    the socket (and nowhere else) on `app`; the secrets."""
+def mount(app: FastAPI, get_backend: GetBackend, api_key: str | None, ice_servers: tuple[str, ...] = ()) -> Calls:
+    """The GA realtime socket, WebRTC calls (`POST /v1/realtime/calls`, realtime_calls.py), `POST
+    /v1/realtime/client_secrets`, and the door that lets a client secret in to the socket and the calls' offers
+    (and nowhere else) on `app`; the calls (hang them up at shutdown: `await calls.hang_up_all()`)."""
     secrets = ClientSecrets()
+    calls = Calls(ice_servers)
     add_routes(app, get_backend, secrets)
+    realtime_calls.add_routes(app, get_backend, secrets, calls)
     client_secrets.add_routes(app, get_backend, secrets)
     app.add_middleware(client_secrets.SecretDoor, secrets=secrets, api_key=api_key)
-    return secrets
+    return calls

@@ -28,16 +28,20 @@ class AudioIn:
     """The audio handlers of RealtimeSession (a mixin: the session's config, backend, outbox and responses)."""
 
     async def audio_append(self, event: dict) -> None:
-        pcm = b64_bytes(event.get("audio"), "audio")
+        ext = event.get("streamvid") if isinstance(event.get("streamvid"), dict) else {}
+        await self.take_pcm(b64_bytes(event.get("audio"), "audio"), ext.get("t_s"))
+
+    async def take_pcm(self, pcm: bytes, t_s: float | None = None) -> None:
+        """PCM16 24 kHz mono from the client (appended, or a WebRTC call's microphone): the question being
+        spoken (push to talk) or the stream's sound (turn detection on)."""
         if self.config.manual:
             if len(self.buffer) + len(pcm) > MAX_BUFFER_S * RATE * 2:
                 raise ParamError(f"the input audio buffer holds more than {MAX_BUFFER_S:g} s: commit or clear it",
                                  "audio", "input_audio_buffer_full")
             self.buffer += pcm
             return
-        ext = event.get("streamvid") if isinstance(event.get("streamvid"), dict) else {}
         self.heard = True
-        await self.backend.push_audio(self.sid, pcm, "audio/pcm", RATE, ext.get("t_s"))
+        await self.backend.push_audio(self.sid, pcm, "audio/pcm", RATE, t_s)
 
     async def audio_commit(self, event: dict) -> None:
         if not self.config.manual:

@@ -5,7 +5,8 @@ a server-initiated response, its streamvid details as `response.metadata` string
     response.created -> response.output_item.added -> conversation.item.added -> response.content_part.added
     -> response.output_text.delta ...                       (output_modalities ["text"])
        or response.output_audio_transcript.delta + response.output_audio.delta ...   (["audio"]: each sentence
-       as it is spoken: its words, then its PCM16 24 kHz audio)
+       as it is spoken: its words, then its PCM16 24 kHz audio; on a WebRTC call the audio plays on the call's
+       track instead, between output_audio_buffer.started and .stopped, or .cleared when cancelled)
     -> response.output_text.done / response.output_audio.done + response.output_audio_transcript.done
     -> response.content_part.done -> response.output_item.done -> conversation.item.done
     -> response.done {"response": {"status": "completed" | "cancelled" | "incomplete", "status_details",
@@ -131,6 +132,8 @@ class Response:
             return False
         if self.speaker is not None:
             self.speaker.cancel()
+        if self.audio and self.out.voice_track is not None:
+            self.out.voice_track.clear(self.id)
         self._close(status, reason, None)
         return True
 
@@ -147,6 +150,8 @@ class Response:
         self.out.put({"type": "response.output_item.done", "response_id": self.id, "output_index": 0, "item": item})
         self.out.put({"type": "conversation.item.done", "previous_item_id": None, "item": item})
         self.out.put({"type": "response.done", "response": self._response(status, reason, used)})
+        if self.audio and self.out.voice_track is not None:
+            self.out.voice_track.end(self.id)
         if self.on_done is not None:
             self.on_done(self)
 
@@ -157,6 +162,9 @@ class Response:
                                  "delta": sentence if len(self.spoken) == 1 else " " + sentence})
 
     def _audio(self, pcm: bytes) -> None:
+        if self.out.voice_track is not None:  # a WebRTC call: the audio plays on its track, not in events
+            self.out.voice_track.write(self.id, pcm)
+            return
         for i in range(0, len(pcm), AUDIO_CHUNK_BYTES):
             self.out.put_threadsafe({"type": "response.output_audio.delta", **self._ids(),
                                      "delta": base64.b64encode(pcm[i:i + AUDIO_CHUNK_BYTES]).decode()})

@@ -45,13 +45,15 @@ def build_app(engine, options: ServeOptions | None = None, ui: bool = False) -> 
         try:
             yield
         finally:
+            await calls.hang_up_all()
             await service.shutdown()
             for close in closers:
                 close()
 
     app = create_app(lambda: service, lifespan=lifespan, door=Door.of(options))
     app.state.hub = hub
-    mount_realtime(app, lambda: service, options.api_key)  # GET /v1/realtime, POST /v1/realtime/client_secrets
+    # GET /v1/realtime, POST /v1/realtime/calls (WebRTC), POST /v1/realtime/client_secrets
+    calls = app.state.calls = mount_realtime(app, lambda: service, options.api_key, options.ice_servers)
     if ui:
         closers.append(mount_ui(app, hub, options))
     return app
