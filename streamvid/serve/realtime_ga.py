@@ -36,8 +36,10 @@ With `--api-key`, the upgrade needs `Authorization: Bearer` with the key or a cl
 from __future__ import annotations
 
 import contextlib
+from importlib.resources import files
 
 from fastapi import FastAPI, WebSocket
+from fastapi.responses import HTMLResponse
 
 from streamvid.hub.errors import HubError
 from streamvid.serve import client_secrets, realtime_calls
@@ -94,11 +96,17 @@ async def _deny(ws: WebSocket, e: ServeError) -> None:
 
 
 def mount(app: FastAPI, get_backend: GetBackend, api_key: str | None, ice_servers: tuple[str, ...] = ()) -> Calls:
-    """The GA realtime socket, WebRTC calls (`POST /v1/realtime/calls`, realtime_calls.py), `POST
+    """The page at /realtime, the GA realtime socket, WebRTC calls (`POST /v1/realtime/calls`, realtime_calls.py), `POST
     /v1/realtime/client_secrets`, and the door that lets a client secret in to the socket and the calls' offers
     (and nowhere else) on `app`; the calls (hang them up at shutdown: `await calls.hang_up_all()`)."""
     secrets = ClientSecrets()
     calls = Calls(ice_servers)
+    page = (files("streamvid.serve") / "page" / "realtime.html").read_text()
+
+    @app.get("/realtime", include_in_schema=False)
+    async def realtime_page() -> HTMLResponse:  # the reference client (plain HTML and JS): camera, microphone, a call
+        return HTMLResponse(page)
+
     add_routes(app, get_backend, secrets)
     realtime_calls.add_routes(app, get_backend, secrets, calls)
     client_secrets.add_routes(app, get_backend, secrets)
