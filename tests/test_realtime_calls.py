@@ -10,10 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fractions
+import io
 import json
 import os
+import re
 import threading
 import time
+from pathlib import Path
 
 import av
 import httpx
@@ -341,3 +344,41 @@ def test_bad_offers_many_calls_and_dead_peers_get_clear_refusals_and_leave_nothi
     wait_until(lambda: http.get("/v1/streams").json()["data"] == [], 60, "every call's stream to close")
     wait_until(lambda: len(app.state.calls) == 0 and not ours() - before_threads, 60, "the calls' threads to end")
     wait_until(lambda: udp_sockets() == before_udp, 60, "the calls' UDP sockets (ICE) to close")
+
+
+def test_the_docs_call_example_runs_as_written(bundled, http, still):
+    """docs/api.md's WebRTC example, as written (its server address and key replaced), with the still as the camera:
+    a question asked once the camera is in the window is answered (a completed response.done printed, its text the
+    ground truth's)."""
+    url, _ = bundled
+    text = (Path(__file__).parents[1] / "docs" / "api.md").read_text()
+    (block,) = re.findall(r"<!-- test: realtime-call -->\n```python\n(.*?)```", text, re.DOTALL)
+    printed = io.StringIO()
+    scope: dict = {}
+    exec(compile(block.replace("127.0.0.1:8000", url.removeprefix("http://")).replace('"KEY"', repr(KEY)),  # noqa: S102
+                 "docs/api.md", "exec"), scope)
+
+    def done() -> list[dict]:
+        return [e for e in map(json.loads, printed.getvalue().splitlines()) if e["type"] == "response.done"]
+
+    async def main():
+        pc, events, location = await scope["call"](Still(still))
+        try:
+            assert location.startswith("/v1/realtime/calls/rtc_")
+            while not printed.getvalue():
+                await asyncio.sleep(0.1)
+            sid = json.loads(printed.getvalue().splitlines()[0])["session"]["streamvid"]["stream_id"]
+            await asyncio.to_thread(wait_until, lambda: http.get(f"/v1/streams/{sid}").json()["blocks_encoded"]
+                                    >= 2, WAIT_S, "the camera in the window")
+            scope["ask"](events, "How many shapes are on screen?")
+            for _ in range(int(WAIT_S * 10)):
+                if done():
+                    return
+                await asyncio.sleep(0.1)
+        finally:
+            await pc.close()
+
+    with contextlib.redirect_stdout(printed):
+        asyncio.run(asyncio.wait_for(main(), 2 * WAIT_S))
+    (response,) = [e["response"] for e in done()]
+    assert response["status"] == "completed" and "3" in response["output"][0]["content"][0]["text"].split()
