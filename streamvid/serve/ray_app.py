@@ -17,7 +17,7 @@ of routes.py) holds a handle to each and routes every request:
   left without streams for `scale_down_after_s` is removed (ray_engines.py: how, and why not Ray Serve's own
   autoscaler);
 - a stream's id carries its engine and that replica's incarnation, `r{i}.{incarnation}-{token}`, so every later
-  request for it (frames, chat completions, watches, events, the realtime socket) goes to `engine{i}` for the
+  request for it (frames, chat completions, watches, events, the realtime socket and calls) goes to `engine{i}` for the
   stream's whole life; the token ends with a MAC of the id under the application's key (`id_tag`), so an id no
   replica issued (made up, or malformed) is 404 at the ingress, not taken for a stream of a dead replica;
 - replies and errors cross the handle as plain data (`{"ok": ...}` / `{"err": [status, message, type, code]}`;
@@ -55,6 +55,7 @@ from streamvid.serve.errors import ServeError, wire_error
 from streamvid.serve.front_door import Door
 from streamvid.serve.options import ServeOptions
 from streamvid.serve.ray_engines import EngineSet
+from streamvid.serve.realtime_ga import mount as mount_realtime
 from streamvid.serve.routes import create_app
 from streamvid.serve.scaling import ScalePolicy
 from streamvid.serve.service import HubService
@@ -287,9 +288,13 @@ def current_door() -> Door:
 
 
 def ingress_app():
-    """The FastAPI app of routes.py over this ingress replica's RayBackend (built on the replica by Ray Serve),
-    behind the same front door as one process (front_door.py)."""
-    return create_app(current_backend, door=current_door)
+    """The FastAPI app of routes.py and the realtime API (realtime_ga.py: the socket, WebRTC calls, client secrets,
+    the /realtime page) over this ingress replica's RayBackend (built on the replica by Ray Serve), behind the same
+    front door as one process (front_door.py). A realtime session's work (its events, speech synthesis, a call's
+    media) runs on the ingress; its stream's on the stream's engine replica."""
+    app = create_app(current_backend, door=current_door)
+    mount_realtime(app, current_backend)
+    return app
 
 
 @serve.deployment(max_ongoing_requests=10_000, ray_actor_options={"num_cpus": 0})
