@@ -280,6 +280,12 @@ def current_backend() -> RayBackend:
     return _backend
 
 
+def set_backend(backend: RayBackend) -> None:
+    """The ingress replica's backend (its constructor's)."""
+    global _backend
+    _backend = backend
+
+
 def current_door() -> Door:
     global _door
     if _door is None:
@@ -306,7 +312,7 @@ class StreamvidIngress:
 
         app = serve.get_replica_context().app_name
         engine_set = this.EngineSet(dict(enumerate(engines)), policy, lambda i: this.engine(i, *engine_args), app)
-        this._backend = this.RayBackend(engine_set, options, key=engine_args[-1])
+        this.set_backend(this.RayBackend(engine_set, options, key=engine_args[-1]))
 
 
 def engine(i: int, config, options: ServeOptions, cpus: float, gpus: float, threads: int | None, key: bytes):
