@@ -229,3 +229,27 @@ def test_a_spoken_question_reply_gives_the_words_heard(server, http, tmp_path):
         stop.set()
         http.delete(f"/v1/streams/{sid}")
         reader.join(10)
+
+
+def test_reply_holds_back_what_may_begin_a_stop_string_and_counts_a_cap_it_ends_at_as_no_cut():
+    """chat_params.Reply on hand-written pieces: text that could begin a stop string is held until it cannot; a reply
+    whose answer ends exactly at the cap is not "length"."""
+    from types import SimpleNamespace
+
+    from streamvid.serve.chat_params import Limits, Reply
+
+    options = SimpleNamespace(max_new_tokens=8)
+    reply = Reply(Limits(stop=("END", "\n\n")))
+    assert [reply.feed(p) for p in (" Hello", " E", "N", "T then", " E", "N", "D more")] == \
+        ["Hello", "", "", " ENT then", "", "", ""]
+    answer = {"text": "Hello ENT then END more", "tokens": 7, "prompt_tokens": 10, "context_tokens": 30}
+    assert reply.finish(answer) == "" and reply.sent == "Hello ENT then"
+    assert reply.finish_reason(answer, options) == "stop"
+    assert reply.usage(answer)["completion_tokens"] == 7 and reply.usage(answer)["prompt_tokens"] == 40
+    exact = Reply(Limits(max_tokens=2))
+    assert [exact.feed(p) for p in ("a", "b")] == ["a", "b"]
+    assert exact.finish({"text": "ab", "tokens": 2}) == "" and exact.finish_reason({"tokens": 2}, options) == "stop"
+    over = Reply(Limits(max_tokens=2))
+    assert [over.feed(p) for p in ("a", "b", "c")] == ["a", "b", ""]
+    assert over.finish({"text": "abc", "tokens": 3}) == "" and over.finish_reason({"tokens": 3}, options) == "length"
+    assert over.usage({"tokens": 3})["completion_tokens"] == 2

@@ -95,13 +95,14 @@ def whole(value, name: str) -> int:
     return value
 
 
-def chat_limits(params: dict, own: frozenset = frozenset()) -> Limits:
-    """The limits `params` (the request's fields besides `own`, those the route reads itself) set on the reply;
-    ServeError (400, naming the parameter) for one this server cannot honour or does not know."""
+def chat_limits(params: dict) -> Limits:
+    """The limits `params` (the request's fields besides those the route reads itself: model, messages, stream,
+    stream_id, stream_options) set on the reply; ServeError (400, naming the parameter) for one this server cannot
+    honour or does not know."""
     caps = []
     stop: tuple[str, ...] = ()
     for name, value in params.items():
-        if name in own or name in HARMLESS:
+        if name in HARMLESS:
             continue
         if name in ("max_tokens", "max_completion_tokens"):
             if value is not None:
@@ -143,10 +144,6 @@ class Reply:
         self.pieces = 0  # token pieces taken
         self.over = False  # a piece came after the cap was reached: the answer went on past it
         self.reason: str | None = None  # "stop" / "length" once the reply is cut
-
-    @property
-    def cut(self) -> bool:
-        return self.reason is not None or self.capped
 
     @property
     def capped(self) -> bool:
@@ -194,7 +191,7 @@ class Reply:
         return "length" if limit and (answer.get("tokens") or 0) >= limit else "stop"
 
     def usage(self, answer: dict) -> dict:
-        return usage(answer, self.pieces if self.cut else None)
+        return usage(answer, self.pieces if self.reason is not None else None)  # (cut: the pieces sent from)
 
     def _send(self, text: str) -> str:
         if text.startswith(self.sent) and len(text) > len(self.sent):
