@@ -143,7 +143,11 @@ class Speaker:
                 break
             if data:
                 yield data
-        data = await self.run(encoder.close)
+        try:
+            data = await self.run(encoder.close)
+        except Exception as e:  # noqa: BLE001 - as above: the reply ends, the log says why
+            log.warning("speech: the %s encoding could not be finished: %s", encoder.fmt, e)
+            return
         if data:
             yield data
 
