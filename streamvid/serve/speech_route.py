@@ -12,7 +12,8 @@ a one-line 400 naming it. `--tts off` answers 409.
 
 Synthesis has a pool of its own (SPEECH_SLOTS threads, "streamvid-speech"), never the event loop's default
 executor that the other routes' work runs on, and at most SPEECH_SLOTS replies are spoken at once per process: one
-more is answered 429 at once (with Retry-After), not queued. The input is at most MAX_INPUT characters, spoken piece
+more is answered 429 at once (with Retry-After: 1), not queued; an address that keeps retrying at once (more than
+PACE_AFTER refusals a second) has its next refusals held for that second before they are sent (RefusalPace). The input is at most MAX_INPUT characters, spoken piece
 by piece (sentences, each at most MAX_PIECE characters): a reply of one piece is sent whole (a WAV with its exact
 length); a longer one is streamed, each piece encoded and sent as soon as it is spoken (a WAV's header leaves the
 length open, 0xFFFFFFFF, read to the end, as OpenAI's streamed WAVs do). A piece that fails to speak ends the
@@ -22,12 +23,13 @@ stream there (logged; an encoded reply is closed properly first).
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import re
 import threading
+import time
+from collections import OrderedDict, deque
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -38,6 +40,7 @@ from streamvid.audio.recognition import IdlePool
 from streamvid.audio.spoken import OUT_RATE
 from streamvid.audio.voices import VoiceUnavailable, load_voice, to_pcm16
 from streamvid.hub.errors import Conflict, Refused
+from streamvid.once import once
 from streamvid.serve.errors import ServeError
 from streamvid.serve.web import GetBackend, StrictJSONResponse
 
@@ -46,6 +49,8 @@ log = logging.getLogger(__name__)
 MAX_INPUT = 4096  # characters, as OpenAI's
 MAX_PIECE = 400  # characters spoken in one synthesis call (a longer sentence is cut at a space)
 SPEECH_SLOTS = 2  # replies spoken at once per process, and the threads of the synthesis pool
+PACE_AFTER, PACE_WINDOW_S = 4, 1.0  # refusals an address gets at once within the window; the next ones are held
+HOLD_S = 1.0  # how long (the Retry-After the refusal carries)
 OPEN_LENGTH = 0xFFFFFFFF  # a streamed WAV's RIFF and data sizes: not known in advance, read to the end
 MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")  # OpenAI's speech models: the server's voice speaks for each
 
@@ -58,7 +63,7 @@ class SpeechRequest(BaseModel):
     response_format: str = "wav"
 
 
-@functools.lru_cache(maxsize=2)
+@once(maxsize=2)
 def loaded_voice(name: str):
     """The voice `name` names, loaded once per process (`loaded_voice.cache_clear()` forgets them)."""
     return load_voice(None if name == "auto" else name)
@@ -105,6 +110,32 @@ def speak_encoded(text: str, tts: str, encoder: Encoder) -> bytes:
     return encoder.feed(speak(text, tts))
 
 
+class RefusalPace:
+    """Who keeps retrying a refusal at once: an address refused more than PACE_AFTER times within PACE_WINDOW_S has
+    its next refusals held HOLD_S before they are sent (the Retry-After it was told), so a client that ignores
+    Retry-After costs a held connection, not a request loop spinning on the server's cores. Only refusals are
+    counted and held: a request that gets a slot is never slowed, whatever its address. Bounded (`max_addresses`
+    most recently refused); thread-safe; `clock` in seconds (for tests)."""
+
+    def __init__(self, clock=time.monotonic, max_addresses: int = 10_000):
+        self.clock, self.max_addresses = clock, max_addresses
+        self._refused: OrderedDict[str, deque[float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def hold_s(self, address: str) -> float:
+        """Record one refusal of `address`; how long to hold it before it is sent."""
+        now = self.clock()
+        with self._lock:
+            times = self._refused.pop(address, None) or deque(maxlen=PACE_AFTER + 1)
+            while times and times[0] <= now - PACE_WINDOW_S:
+                times.popleft()
+            times.append(now)
+            self._refused[address] = times
+            while len(self._refused) > self.max_addresses:
+                self._refused.popitem(last=False)
+            return HOLD_S if len(times) > PACE_AFTER else 0.0
+
+
 class Speaker:
     """The synthesis pool and its slots (SPEECH_SLOTS at once by default)."""
 
@@ -112,6 +143,7 @@ class Speaker:
         self.slots = slots
         self.pool = IdlePool(slots, "streamvid-speech")
         self._free = threading.BoundedSemaphore(slots)
+        self.pace = RefusalPace()
 
     def take(self) -> bool:
         """A slot for one reply (True), or False at once when all are taken."""
@@ -170,7 +202,7 @@ def add_routes(app: FastAPI, get_backend: GetBackend, auth: list, speaker: Speak
     speaker = speaker or Speaker()
 
     @app.post("/v1/audio/speech", dependencies=auth)
-    async def speech(body: SpeechRequest) -> Response:
+    async def speech(body: SpeechRequest, request: Request) -> Response:
         options = get_backend().options
         if body.model != options.model_id and body.model not in MODELS:
             raise ServeError(f"model {body.model[:100]!r} is not served here; this server speaks for "
@@ -183,6 +215,9 @@ def add_routes(app: FastAPI, get_backend: GetBackend, auth: list, speaker: Speak
         if not parts:
             raise Refused("input is empty: give the text to speak")
         if not speaker.take():
+            hold = speaker.pace.hold_s(request.client.host if request.client else "")
+            if hold:
+                await asyncio.sleep(hold)  # a client retrying at once: its refusal waits out its Retry-After
             return speaker.busy()
         streaming = False
         try:
