@@ -23,7 +23,6 @@ LONG_MODULES = {
     "streamvid/engine/engine.py",
     "streamvid/engine/reasoning.py",
     "streamvid/hub/hub.py",
-    "streamvid/kv/memory.py",
     "streamvid/media/sources.py",
     "app/sessions.py",
 }
