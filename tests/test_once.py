@@ -34,6 +34,22 @@ def test_callers_racing_the_first_load_get_the_one_object():
         t.join()
     assert loads == ["a"] and len({id(x) for x in got}) == 1
     assert load("b") is not got[0] and loads == ["a", "b"]
+    # a load that does not end holds up only the callers with its own arguments
+    stuck, release = threading.Event(), threading.Event()
+
+    @once(maxsize=4)
+    def slow(name: str) -> str:
+        if name == "stuck":
+            stuck.set()
+            release.wait(30)
+        return name
+
+    waiting = threading.Thread(target=slow, args=("stuck",))
+    waiting.start()
+    assert stuck.wait(30)
+    assert slow("free") == "free"  # answered while "stuck" is still loading
+    release.set()
+    waiting.join()
     load.cache_clear()
     assert load("a") is not got[0]
 

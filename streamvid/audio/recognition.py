@@ -147,12 +147,16 @@ class IdlePool:
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._running = self._idle = 0
+        self._queued = 0  # jobs put and not taken yet
 
     def submit(self, job: Callable, *args) -> Future:
         future: Future = Future()
-        self._jobs.put((future, job, args))
         with self._lock:
-            if self._idle == 0 and self._running < self.threads:
+            self._queued += 1
+            self._jobs.put((future, job, args))
+            # a thread for every job no idle thread waits for (an idle thread may be about to take another job:
+            # counting idle threads alone left a job queued behind a long one while a thread was still allowed)
+            if self._queued > self._idle and self._running < self.threads:
                 self._running += 1
                 threading.Thread(target=self._work, name=self.name, daemon=True).start()
         return future
@@ -167,12 +171,13 @@ class IdlePool:
             except queue.Empty:
                 with self._lock:
                     self._idle -= 1
-                    if self._jobs.empty():
+                    if self._queued == 0:
                         self._running -= 1
                         return
                 continue
             with self._lock:
                 self._idle -= 1
+                self._queued -= 1
             if future.set_running_or_notify_cancel():
                 try:
                     future.set_result(job(*args))
