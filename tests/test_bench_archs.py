@@ -30,8 +30,8 @@ def _meta(name: str, layers: int | None = None):
 
 
 def _bench(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "streamvid.cli", "bench", *args], capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run([sys.executable, "-m", "streamvid.cli", "bench", *args], check=False, capture_output=True,
+                          text=True, timeout=600)
 
 
 def test_the_command_line_takes_every_architecture_and_refuses_others_in_one_line():

@@ -106,9 +106,8 @@ def _internvl(arch: Arch, layers: int | None):
         InternVLForConditionalGeneration,
         InternVLProcessor,
         InternVLVideoProcessor,
+        PreTrainedTokenizerFast,
     )
-
-    from transformers import PreTrainedTokenizerFast
 
     from streamvid.checkpoints.families import INTERNVL_CHAT_TEMPLATE as chat_template
     from streamvid.checkpoints.families import bpe_tokenizer

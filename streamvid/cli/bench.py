@@ -90,9 +90,8 @@ class BenchConfig:
 def load(cfg: BenchConfig):
     """The adapter the bench runs: the bundled model, or a random-weight architecture."""
     from streamvid.adapters.base import adapter_for
-    from streamvid.config import EngineConfig
-
     from streamvid.checkpoints import real_size
+    from streamvid.config import EngineConfig
 
     if cfg.arch == "tiny":
         if cfg.layers is not None:
@@ -209,7 +208,7 @@ def _stream(adapter, cfg: BenchConfig, frames: list[np.ndarray], log) -> dict:
             f"({decode['tokens']} tokens in {decode['answers']} answers)")
         rate = sa.ingest.frames_in / sa.ingest.encode_s
         cpu_rate = sa.ingest.frames_in / ingest_cpu_s
-    return {"ingest_frames_per_s": round(rate, 1), "ingest_frames_per_cpu_s": round(cpu_rate, 1),
+    return {"ingest_frames_per_s": round(rate, 1 if rate >= 10 else 2), "ingest_frames_per_cpu_s": round(cpu_rate, 1),
             "real_time_factor": {"1fps": round(rate / 1, 2), "2fps": round(rate / 2, 2)}, "points": points,
             "decode": decode}
 

@@ -39,11 +39,11 @@ import traceback
 from importlib.metadata import entry_points
 from pathlib import Path
 
+from streamvid.checkpoints.real_size import ARCHS as REAL_SIZE_ARCHS
 from streamvid.cli.engine_flags import (
     add_engine_args, check_model, embedder_checkpoint, engine_config, offline_if_local,
 )
 from streamvid.cli.run import add_run_parser, print_json
-from streamvid.checkpoints.real_size import ARCHS as REAL_SIZE_ARCHS
 
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 
