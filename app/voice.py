@@ -82,12 +82,12 @@ class _Utterance:
         self.key = key
         self.fed = False  # an answer piece was fed (the answer then only finishes it)
         self.ready: deque[tuple[str, bytes]] = deque()  # (sentence, PCM16) not yet taken by the player
-        self._sentence = ""
-        self.speaker = Speaker(voice, on_audio=lambda pcm: owner._audio(self, pcm), name="streamvid-app-speak",
+        self.sentence = ""  # the sentence whose audio comes next
+        self.speaker = Speaker(voice, on_audio=lambda pcm: owner.take_audio(self, pcm), name="streamvid-app-speak",
                                on_sentence=self._on_sentence)
 
     def _on_sentence(self, sentence: str) -> None:
-        self._sentence = sentence  # its audio follows at once, on the same thread
+        self.sentence = sentence  # its audio follows at once, on the same thread
 
     @property
     def done(self) -> bool:
@@ -233,10 +233,10 @@ class PageVoice:
             self._stop, self._busy_until = True, 0.0
         self._cond.notify_all()
 
-    def _audio(self, u: _Utterance, pcm: bytes) -> None:  # a speaker's thread
+    def take_audio(self, u: _Utterance, pcm: bytes) -> None:  # a speaker's thread
         with self._cond:
             if u in self._queue and not u.speaker.cancelled:
-                u.ready.append((u._sentence, pcm))
+                u.ready.append((u.sentence, pcm))
                 self._cond.notify_all()
 
     def _take(self) -> tuple[str, list[str], bytes] | None:

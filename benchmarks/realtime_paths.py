@@ -8,7 +8,7 @@ The question is espeak-ng saying "what shape is blue" (24 kHz), the camera a sti
 1. Glass to first audio byte, `--rounds` times each, the paths taken in turn:
    - webrtc: an aiortc caller (POST /v1/realtime/calls through the official SDK; camera 30 fps, microphone in real
      time, server VAD with a 500 ms pause): from the moment its microphone sent the question's last sample to the
-     first loud 20-ms frame of the answer on the call's audio track;
+     first 20-ms frame of the answer with a non-zero sample on the call's audio track (its silence is zeros);
    - websocket: the official SDK's realtime client (GET /v1/realtime; the still as input_image items, the question
      appended in real-time 100 ms chunks, server VAD with a 500 ms pause): from the last sample sent to the first
      response.output_audio.delta;
@@ -136,6 +136,7 @@ class Caller:
         self.pc.addTrack(Still(image))
         self.mic = Mic()
         self.pc.addTrack(self.mic)
+        self.first_sound = None  # the first received frame with any non-zero sample (the call's silence is zeros)
         self.first_loud = None
         self.tasks = []
         self.pc.on("track", lambda t: self.tasks.append(asyncio.ensure_future(self.listen(t))))
@@ -144,7 +145,10 @@ class Caller:
         with contextlib.suppress(MediaStreamError):
             while True:
                 frame = await track.recv()
-                if self.first_loud is None and np.abs(frame.to_ndarray()).max() > LOUD:
+                peak = np.abs(frame.to_ndarray()).max()
+                if self.first_sound is None and peak > 0:
+                    self.first_sound = time.monotonic()
+                if self.first_loud is None and peak > LOUD:
                     self.first_loud = time.monotonic()
 
     async def call(self, client: AsyncOpenAI, session: dict) -> str:
@@ -180,7 +184,7 @@ async def webrtc_round(url, http, image, pcm) -> float:
         caller.mic.say(pcm)
         for _ in range(1200):
             if caller.first_loud is not None and caller.mic.last_sent is not None:
-                return caller.first_loud - caller.mic.last_sent
+                return caller.first_sound - caller.mic.last_sent
             await asyncio.sleep(0.05)
         raise RuntimeError("no spoken answer on the call's track")
     finally:
@@ -205,18 +209,25 @@ async def websocket_round(url, http, image, pcm) -> float:
                 break
         await wait_blocks(http, sid, 2)
         step, start = 2400 * 2, time.monotonic()
-        body = pcm + bytes(RATE * 2)  # the question, then a second of silence (its end is heard)
-        last_sent = None
-        for i in range(0, len(body), step):
-            await asyncio.sleep(max(0.0, start + i / (2 * RATE) - time.monotonic()))
-            await conn.input_audio_buffer.append(audio=base64.b64encode(body[i:i + step]).decode())
-            if i + step >= len(pcm) and last_sent is None:
-                last_sent = time.monotonic()
-        async for event in conn:
-            if event.type == "response.output_audio.delta":
-                return time.monotonic() - last_sent
-            if event.type == "error":
-                raise RuntimeError(event.error.message)
+        body = pcm + bytes(RATE * 4)  # the question, then silence (its end is heard), as a microphone sends it
+        last_sent = []
+
+        async def talk():
+            for i in range(0, len(body), step):
+                await asyncio.sleep(max(0.0, start + i / (2 * RATE) - time.monotonic()))
+                await conn.input_audio_buffer.append(audio=base64.b64encode(body[i:i + step]).decode())
+                if i + step >= len(pcm) and not last_sent:
+                    last_sent.append(time.monotonic())
+
+        talking = asyncio.ensure_future(talk())
+        try:
+            async for event in conn:
+                if event.type == "response.output_audio.delta":
+                    return time.monotonic() - last_sent[0]
+                if event.type == "error":
+                    raise RuntimeError(event.error.message)
+        finally:
+            talking.cancel()
     raise RuntimeError("the socket closed before any audio")
 
 
@@ -339,6 +350,10 @@ async def run(args, url, pid) -> dict:
             for name, path in (("webrtc", webrtc_round), ("websocket", websocket_round), ("http", http_round)):
                 result["glass_to_first_audio_s"][name].append(round(await path(url, http, image, pcm), 3))
         result["server_cpu_per_wall_s_by_calls"] = await cpu_per_call(url, http, image, pid, args.cpu_seconds)
+        for _ in range(600):  # the calls' streams closed (the server holds at most 8)
+            if not (await http.get("/v1/streams")).json()["data"]:
+                break
+            await asyncio.sleep(0.1)
         result["eight_sessions"] = await eight_sessions(url, http, image, args.seconds)
     return result
 

@@ -6,8 +6,9 @@ has no dummy driver), nothing leaves it, and everything started here ends with t
     unshare -n python tests/realtime_page_netns.py OUT.json WORKDIR
 
 The camera is a Y4M of one frame of shapes_7 (a blue square, an orange circle, a purple star), the microphone a
-WAV of espeak-ng asking "what shape is blue" after 16 s of silence; the server runs the bundled model with no API key
-(the page makes its own client secret). The page is clicked as a user would: Connect, a typed question, Hang up.
+WAV of espeak-ng asking "how many shapes are on screen" after 16 s of silence; the server runs the bundled model with no API key
+(the page makes its own client secret). The page is clicked as a user would: Connect, a typed question, a watch
+("a blue square"), Hang up.
 OUT.json gets what the page and the server saw; the test checks it.
 """
 
@@ -75,7 +76,7 @@ def main(out: Path, work: Path) -> None:
     source = FileSource(demo_clip("shapes_7"), fps=2.0)
     still = next(f.image for f in iter(source.read, None) if f.t_s >= STILL_T_S)
     y4m(still, work / "camera.y4m")
-    question = spoken(work, "what shape is blue", 48000)
+    question = spoken(work, "how many shapes are on screen", 48000)
     wav(np.concatenate([np.zeros(16 * 48000, "<i2"), question, np.zeros(30 * 48000, "<i2")]), 48000,
         work / "microphone.wav")
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -99,7 +100,7 @@ def main(out: Path, work: Path) -> None:
                 wait_until(lambda: http.get(f"/v1/streams/{sid}").json()["blocks_encoded"] >= 2, WAIT_S,
                            "the camera's frames in the window")
                 t0, n0 = time.monotonic(), http.get(f"/v1/streams/{sid}").json()["frames_in"]
-                page.fill("#sv-question", "How many shapes are on screen?")
+                page.fill("#sv-question", "What shape is blue?")
                 page.click("#sv-ask")
 
                 def done(n: int) -> bool:
@@ -110,6 +111,13 @@ def main(out: Path, work: Path) -> None:
                 wait_until(lambda: done(2), WAIT_S, "the spoken question's answer")
                 page.wait_for_function("() => window.streamvid.events.filter(e => e.type === "
                                        "'output_audio_buffer.stopped').length >= 2")
+                # a watch: its alert comes as a server-initiated response, listed with its picture
+                page.fill("#sv-condition", "a blue square")
+                page.click("#sv-watch")
+                page.wait_for_function("() => [...document.querySelectorAll('#sv-alerts img')].some("
+                                       "i => i.complete && i.naturalWidth > 0)")
+                seen["alerts"] = page.inner_text("#sv-alerts")
+                seen["alert_picture"] = page.evaluate("() => document.querySelector('#sv-alerts img').src")
                 status = http.get(f"/v1/streams/{sid}").json()
                 seen["fps"], seen["frames_per_s"] = status["fps"], (status["frames_in"] - n0) / (time.monotonic() - t0)
                 seen["events"] = page.evaluate("() => window.streamvid.events")

@@ -11,7 +11,7 @@ from conftest import random_frames
 from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
 from streamvid.kv.budget import KVShape, budgets, stored_block_bytes
-from streamvid.kv.memory import StoredBlock
+from streamvid.kv.stored_block import StoredBlock
 from streamvid.kv.window import Block
 from streamvid.media.sources import SyntheticSource
 

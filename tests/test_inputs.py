@@ -42,11 +42,11 @@ def test_clean_text_is_printable_bounded_and_idempotent(text):
         cleaned = user_text.clean(text)
     except ValueError as e:
         assert str(e) == "empty question" or str(e).startswith("question too long")
-        assert text.strip() == "" or not user_text._CONTROL.sub("", user_text._SURROGATE.sub("", text)).strip() \
+        assert text.strip() == "" or not user_text.CONTROL.sub("", user_text.SURROGATE.sub("", text)).strip() \
             or len(text) > user_text.MAX_CHARS
         return
     assert cleaned == cleaned.strip() and "\r" not in cleaned and len(cleaned) <= user_text.MAX_CHARS
-    assert not user_text._CONTROL.search(cleaned) and not user_text._SURROGATE.search(cleaned)
+    assert not user_text.CONTROL.search(cleaned) and not user_text.SURROGATE.search(cleaned)
     cleaned.encode("utf-8")  # any tokenizer can take it
     assert user_text.clean(cleaned) == cleaned
 

@@ -27,7 +27,8 @@ from streamvid.kv.compact import (
     restore,
     unpack4,
 )
-from streamvid.kv.memory import LongTermMemory, StoredBlock, read_block, write_block
+from streamvid.kv.memory import LongTermMemory
+from streamvid.kv.stored_block import StoredBlock, read_block, write_block
 from streamvid.kv.window import Block
 
 DEMO = DEMO_VIDEOS / "shapes_7"

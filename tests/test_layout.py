@@ -1,7 +1,7 @@
 """The library's layout as the docs state it: modules over LIMIT lines only where named in LONG_MODULES (a list
 that may only shrink), the per-package map in docs/architecture.md naming every module and package of the tree
-(none missing, none stale), and the import layers of pyproject.toml's `[tool.importlinter]` contracts held by the
-real imports (`lint-imports`)."""
+(none missing, none stale), the import layers of pyproject.toml's `[tool.importlinter]` contracts held by the
+real imports (`lint-imports`), and no private name reached across objects (ruff's SLF001)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ LONG_MODULES = {
     "streamvid/engine/engine.py",
     "streamvid/engine/reasoning.py",
     "streamvid/hub/hub.py",
-    "streamvid/kv/memory.py",
     "streamvid/media/sources.py",
     "app/sessions.py",
 }
@@ -112,3 +111,13 @@ def test_import_layers_hold():
                           "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert "0 broken" in run.stdout
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ruff") is None, reason="ruff is not installed (the test extra installs it)")
+def test_no_private_name_is_reached_across_objects():
+    """`obj._name` only on self or cls (ruff's SLF001), in the library, the app, the tests, benchmarks and scripts:
+    what another module needs is a public name."""
+    run = subprocess.run([sys.executable, "-m", "ruff", "check", "--select", "SLF001", "--output-format", "concise",
+                          "streamvid", "app", "tests", "benchmarks", "scripts"], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]

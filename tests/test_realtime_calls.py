@@ -315,6 +315,11 @@ def test_bad_offers_many_calls_and_dead_peers_get_clear_refusals_and_leave_nothi
         with pytest.raises(openai.ConflictError):
             await client(url).realtime.calls.create(sdp=await second.offer(), session={
                 "type": "realtime", "streamvid": {"stream_id": sid}})
+        # a session the socket would refuse is refused with the offer, naming the parameter
+        with pytest.raises(openai.BadRequestError) as bad:
+            await client(url).realtime.calls.create(sdp=await second.offer(), session={
+                "type": "realtime", "audio": {"input": {"format": {"type": "audio/pcmu"}}}})
+        assert "audio.input.format" in bad.value.message
         await second.close()
         # the first hangs up by closing its connection: its stream is closed
         await first.close()

@@ -116,6 +116,53 @@ def test_streamed_answers_events_and_the_socket_cross_the_ingress(cluster, http,
     assert [d["text"] for e, d in events if e == "answer"][-1] == plain
 
 
+def test_the_realtime_api_and_a_webrtc_call_cross_the_ingress(cluster, http, two_streams):
+    """The GA realtime socket (the official SDK) and a WebRTC call (the SDK's calls.create and an aiortc peer) on
+    the ingress, attached to streams held by engine replicas: each answers the typed question as the replica's own
+    chat completion does, and the call's hangup leaves the attached stream open."""
+    import asyncio
+
+    from aiortc import RTCConfiguration, RTCPeerConnection, RTCSessionDescription
+
+    a, b = two_streams
+    plains = {sid: ask(cluster, sid).choices[0].message.content for sid in (a, b)}
+    client = openai.AsyncOpenAI(base_url=f"{cluster}/v1", api_key="unused", max_retries=0, timeout=120.0,
+                                websocket_base_url=cluster.replace("http://", "ws://") + "/v1")
+    question = {"type": "conversation.item.create", "item": {"type": "message", "role": "user", "content": [
+        {"type": "input_text", "text": QUESTION}]}}
+
+    async def socket() -> str:
+        async with client.realtime.connect(model=MODEL_ID, extra_query={"stream_id": a}) as conn:
+            await conn.session.update(session={"type": "realtime", "output_modalities": ["text"]})
+            await conn.send(question)
+            await conn.response.create()
+            async for event in conn:
+                if event.type == "response.done":
+                    return event.response.output[0].content[0].text
+
+    async def call() -> tuple[str, str]:
+        pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+        channel = pc.createDataChannel("oai-events")
+        inbox: asyncio.Queue = asyncio.Queue()
+        channel.on("message", lambda m: inbox.put_nowait(json.loads(m)))
+        channel.on("open", lambda: [channel.send(json.dumps(e)) for e in (question, {"type": "response.create"})])
+        try:
+            await pc.setLocalDescription(await pc.createOffer())
+            raw = await client.realtime.calls.with_raw_response.create(sdp=pc.localDescription.sdp, session={
+                "type": "realtime", "output_modalities": ["text"], "streamvid": {"stream_id": b}})
+            await pc.setRemoteDescription(RTCSessionDescription(sdp=raw.content.decode(), type="answer"))
+            while (event := await asyncio.wait_for(inbox.get(), 120))["type"] != "response.done":
+                pass
+            await client.realtime.calls.hangup(raw.headers["location"].rsplit("/", 1)[-1])
+            return event["response"]["output"][0]["content"][0]["text"]
+        finally:
+            await pc.close()
+
+    assert asyncio.run(socket()) == plains[a]
+    assert asyncio.run(call()) == plains[b]
+    assert http.get(f"/v1/streams/{b}").status_code == 200  # attached, not owned: still open
+
+
 def test_a_dead_replica_answers_503_and_the_other_goes_on(cluster, http, two_streams):
     import ray
 
@@ -143,3 +190,4 @@ def test_a_dead_replica_answers_503_and_the_other_goes_on(cluster, http, two_str
     assert fresh.split("-")[0] != b.split("-")[0]  # a new incarnation
     assert http.get(f"/v1/streams/{fresh}").status_code == 200
     assert http.get(f"/v1/streams/{b}").status_code == 503
+

@@ -10,6 +10,7 @@ import io
 import itertools
 import json
 import threading
+import time
 import wave
 
 import httpx
@@ -21,7 +22,7 @@ from serve_helpers import png, running, wait_until
 from streamvid.config import EngineConfig
 from streamvid.engine.engine import Engine
 from streamvid.serve import ServeOptions, build_app
-from streamvid.serve.speech_route import SPEECH_SLOTS, pieces
+from streamvid.serve.speech_route import HOLD_S, PACE_AFTER, PACE_WINDOW_S, SPEECH_SLOTS, RefusalPace, pieces
 
 LEVEL = 0.25  # every sample the test voice speaks: PCM16 round(0.25 * 32767) = 8192
 PCM_LEVEL = 8192
@@ -195,3 +196,32 @@ def test_slots_come_back_after_a_failed_piece_a_refusal_and_a_client_that_left(v
         for _ in range(SPEECH_SLOTS + 1):
             r = speech(off, "Hello.")
             assert r.status_code == 409 and "--tts off" in json.loads(r.content)["error"]["message"]
+
+
+def test_an_address_retrying_refusals_at_once_is_held_and_others_are_not():
+    now = [100.0]
+    pace = RefusalPace(clock=lambda: now[0], max_addresses=2)
+    assert [pace.hold_s("a") for _ in range(PACE_AFTER + 2)] == [0.0] * PACE_AFTER + [HOLD_S] * 2
+    assert pace.hold_s("b") == 0.0  # another address: its own count
+    now[0] += PACE_WINDOW_S + 0.01  # a client that waited out the window starts again unheld
+    assert pace.hold_s("a") == 0.0
+    pace.hold_s("c")  # three addresses with room for two: the one refused longest ago ("b") is forgotten
+    assert [pace.hold_s("b") for _ in range(PACE_AFTER)] == [0.0] * PACE_AFTER
+
+
+def test_a_client_that_ignores_retry_after_waits_it_out_on_the_server(voiced):
+    url, voice = voiced
+    holders = [threading.Thread(target=speech, args=(url, "Hold on."), daemon=True) for _ in range(SPEECH_SLOTS)]
+    for t in holders:
+        t.start()
+    wait_until(lambda: voice.inside >= SPEECH_SLOTS, what="every slot taken")
+    n = 2 * (PACE_AFTER + 1)
+    start = time.monotonic()
+    refused = [speech(url, "Me too.") for _ in range(n)]  # one client, retrying at once
+    took = time.monotonic() - start
+    assert all(r.status_code == 429 and r.headers["retry-after"] == "1" for r in refused)
+    # past PACE_AFTER refusals within PACE_WINDOW_S the next is held HOLD_S: at most PACE_AFTER + 1 a second
+    assert took >= 2 * HOLD_S * 0.99, took
+    voice.release(SPEECH_SLOTS)
+    for t in holders:
+        t.join(timeout=60)

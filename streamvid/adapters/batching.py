@@ -241,10 +241,11 @@ class Decoding:
         self.max_new_tokens = max_new_tokens
         self.tokens: list[int] = []  # generated ids so far (the stop token not included)
         self.done = max_new_tokens <= 0  # after a stop token, max_new_tokens tokens, or cancel()
-        self._batch: _Batch | None = None  # where its K/V are, once its first forward ran
-        self._fed = 0  # ids fed so far: prompt pieces, then each generated token but the newest
+        # what `decode` reads and writes (the batch step's side of a decoding):
+        self.batch: _Batch | None = None  # where its K/V are, once its first forward ran
+        self.fed = 0  # ids fed so far: prompt pieces, then each generated token but the newest
         self.prefill_limit: int | None = None  # prompt tokens the next forward may feed (None: all that are left)
-        self._added = False  # the last decode step appended a token
+        self.added = False  # the last decode step appended a token
         self._seen = 0  # tokens whose text pieces were computed
         self._shown = ""
         self._piece = ""
@@ -252,7 +253,7 @@ class Decoding:
     def piece(self) -> str:
         """The text piece of the token the last `decode` appended ("" while a character is incomplete, and when the
         step appended none: a stop token), as `generate` yields them."""
-        if not self._added:
+        if not self.added:
             return ""
         while self._seen < len(self.tokens):  # every piece in order: a piece is the text the tokens before lacked
             self._seen += 1
@@ -264,29 +265,30 @@ class Decoding:
     def cancel(self) -> None:
         """Stop here: frees its share of the cache; `done` becomes True."""
         self.done = True
-        self._batch = None
+        self.batch = None
 
     @property
     def prefill_left(self) -> int:
         """Prompt tokens not fed yet: while there are, a `decode` step feeds the next piece of the prompt (at most
         `prefill_limit` tokens: chunked prefill) and yields no token until the prompt's last piece."""
-        return max(0, len(self.prompt_ids) - self._fed)
+        return max(0, len(self.prompt_ids) - self.fed)
 
-    def _pending(self) -> list[int]:
+    def pending(self) -> list[int]:
         """The ids the next forward feeds: the prompt's next piece, then each generated token."""
         if left := self.prefill_left:
-            return self.prompt_ids[self._fed:self._fed + min(left, self.prefill_limit or left)]
+            return self.prompt_ids[self.fed:self.fed + min(left, self.prefill_limit or left)]
         return self.tokens[-1:]
 
-    def _next_pos(self) -> int:
-        return self.context.next_pos + self._fed
+    def next_pos(self) -> int:
+        """The position of the next id fed."""
+        return self.context.next_pos + self.fed
 
     def own_kv(self) -> Context:
         """Its K/V so far as a context of its own: the context before the first step, after it the real columns of
         its row in its batch's cache (context, prompt, the generated tokens fed)."""
-        if self._batch is None:
+        if self.batch is None:
             return self.context
-        return self._batch.row_kv(self)
+        return self.batch.row_kv(self)
 
 
 class _Batch:
@@ -309,7 +311,7 @@ class _Batch:
             cols = self.mask[r, :self.filled].nonzero().squeeze(1)
             keys = tuple(layer.keys[r:r + 1, :, cols.to(layer.keys.device)] for layer in layers)
             values = tuple(layer.values[r:r + 1, :, cols.to(layer.values.device)] for layer in layers)
-        return Context(keys, values, d._next_pos())
+        return Context(keys, values, d.next_pos())
 
 
 def decode(adapter: BatchedAdapter, decodings: Sequence[Decoding]) -> None:
@@ -323,12 +325,12 @@ def decode(adapter: BatchedAdapter, decodings: Sequence[Decoding]) -> None:
     if any(d.adapter is not adapter for d in live):
         raise ValueError("a decoding of another adapter")
     with torch.inference_mode():
-        batch = live[0]._batch
-        if batch is None or len(batch.members) != len(live) or any(d._batch is not batch for d in live):
+        batch = live[0].batch
+        if batch is None or len(batch.members) != len(live) or any(d.batch is not batch for d in live):
             batch = new_batch(adapter, live)
         rows = batch.members
-        ids = [torch.tensor(d._pending()) for d in rows]
-        positions = [adapter.text_positions(d._next_pos(), len(i)) for d, i in zip(rows, ids)]
+        ids = [torch.tensor(d.pending()) for d in rows]
+        positions = [adapter.text_positions(d.next_pos(), len(i)) for d, i in zip(rows, ids)]
         width = max(len(i) for i in ids)
         if len(rows) == 1:
             input_ids, position_ids, mask = ids[0].view(1, -1), positions[0], None
@@ -348,14 +350,14 @@ def decode(adapter: BatchedAdapter, decodings: Sequence[Decoding]) -> None:
         batch.filled += width
         tokens = logits[:, -1].argmax(-1).tolist()
     for d, fed, token in zip(rows, ids, tokens):
-        d._fed += len(fed)
+        d.fed += len(fed)
         if d.prefill_left:  # a piece of the prompt: no token until its last piece
-            d._added = False
+            d.added = False
             continue
-        d._added = token not in adapter.stop_ids
-        if d._added:
+        d.added = token not in adapter.stop_ids
+        if d.added:
             d.tokens.append(token)
-        if not d._added or len(d.tokens) >= d.max_new_tokens:
+        if not d.added or len(d.tokens) >= d.max_new_tokens:
             d.cancel()
 
 
@@ -371,5 +373,5 @@ def new_batch(adapter: BatchedAdapter, rows: list[Decoding]) -> _Batch:
         batch = _Batch(rows, right_aligned_cache(adapter, pasts, spare),
                        context_mask(pasts, filled + spare, adapter.device), filled)
     for d in rows:
-        d._batch = batch
+        d.batch = batch
     return batch

@@ -22,12 +22,13 @@ weights from 1.5 to 2 tie on dev:
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
+
+from streamvid.once import once
 
 if TYPE_CHECKING:
     from streamvid.adapters.base import VideoLLMAdapter
@@ -118,7 +119,7 @@ def make_embedder(config, adapter: VideoLLMAdapter) -> Embedder:
     return _clip(name.removeprefix("clip:"), str(getattr(adapter, "device", "cpu")))
 
 
-@functools.lru_cache(maxsize=4)
+@once(maxsize=4)
 def _clip(model: str, device: str) -> Embedder:
     """One loaded CLIP/SigLIP model per checkpoint and device in a process, shared by every assistant that asks
     for it (the demo's sessions and `score`'s episodes share one adapter the same way); it keeps no state."""

@@ -191,7 +191,7 @@ WINDOW_ENTRY = {  # one block of window.safetensors' "blocks" metadata (the sink
     "id": integer(-1, MAX_ID), "t_start_s": TIME, "t_end_s": TIME, "pos_start": integer(0, MAX_POS),
     "pos_span": integer(0, MAX_POS), "layers": LAYERS, "speech?": text(MAX_TEXT),
 }
-MEMORY_BLOCK = {  # the "block" metadata of a memory block file (memory.StoredBlock.record)
+MEMORY_BLOCK = {  # the "block" metadata of a memory block file (stored_block.StoredBlock.record)
     "id": ID, "t_start_s": TIME, "t_end_s": TIME, "pos_start": integer(0, MAX_POS), "pos_span": integer(0, MAX_POS),
     "n_layers": LAYERS, "kind?": text(16, re.compile("|".join(MEMORY_KINDS))), "dtype?": text(32),
     "speech?": text(MAX_TEXT),

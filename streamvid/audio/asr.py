@@ -18,7 +18,6 @@ a time per recogniser; streams take turns at it through audio/recognition.py (a 
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import threading
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Protocol
 import numpy as np
 
 from streamvid.audio.pcm import RATE
+from streamvid.once import once
 
 DEFAULT = "whisper-tiny.en"
 CHOICES = (DEFAULT, "pocketsphinx", "HF_ID_OR_DIR")
@@ -136,7 +136,7 @@ def whisper_tiny_dir() -> Path:
     return folder
 
 
-@functools.lru_cache(maxsize=1)
+@once(maxsize=1)
 def model_sha256(path: str) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -171,7 +171,7 @@ def load_recognizer(spec: str = DEFAULT, device: str = "cpu") -> Recognizer:
         raise ValueError(f"cannot load speech recogniser {spec!r}: {first}") from e
 
 
-@functools.lru_cache(maxsize=4)
+@once(maxsize=4)
 def _shared(spec: str, device: str) -> Recognizer:
     """One loaded recogniser per spec and device in a process, shared by every stream."""
     if spec == DEFAULT:

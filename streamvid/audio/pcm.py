@@ -68,15 +68,6 @@ class Resampler:
         return np.concatenate(parts) if parts else np.zeros(0, np.float32)
 
 
-def has_audio(path: str) -> bool:
-    """Whether the file or URL has an audio stream (False when it cannot be opened)."""
-    try:
-        with av.open(path) as container:
-            return bool(container.streams.audio)
-    except (av.error.FFmpegError, OSError):
-        return False
-
-
 def file_audio(path: str, origin_s: float | None = None, end_s: float | None = None,
                chunk_s: float = CHUNK_S) -> Iterator[AudioChunk]:
     """The first audio track of a file as chunks of `chunk_s` seconds at RATE, mono. Stream time is the audio's

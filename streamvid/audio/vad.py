@@ -25,12 +25,12 @@ window's time, "speech_stopped" at the end of the last one, once the silence aft
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import numpy as np
 
 from streamvid.audio.pcm import RATE, AudioChunk
+from streamvid.once import once
 
 WINDOW = 512  # samples per VAD window (32 ms at 16 kHz), as the model takes them
 SILENCE_S = 0.5  # a pause this long ends an utterance
@@ -45,7 +45,7 @@ class Speech:
     samples: np.ndarray
 
 
-@functools.lru_cache(maxsize=1)
+@once(maxsize=1)
 def silero():
     """The Silero VAD model of the faster-whisper wheel (loaded once per process; it keeps no state)."""
     try:

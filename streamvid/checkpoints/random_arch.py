@@ -10,7 +10,7 @@ checkpoints, so a 448 x 448 frame becomes 16 x 16 tokens as it does for them.
 from __future__ import annotations
 
 import torch
-from transformers import AutoProcessor, Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+from transformers import AutoModelForImageTextToText, AutoProcessor, Qwen2_5_VLConfig
 
 from streamvid.adapters.hf import resolve_attn, resolve_device, resolve_dtype
 from streamvid.adapters.qwen2_5_vl import QwenVLAdapter
@@ -61,13 +61,13 @@ def random_adapter(arch: str, layers: int | None = None, device: str = "auto", d
     device = resolve_device(device)
     dtype = resolve_dtype(dtype, device)
     config = random_config(arch, layers)
-    config._attn_implementation = resolve_attn(attn, device, dtype)
     processor = AutoProcessor.from_pretrained(BUNDLED_MODEL)
     for proc in (processor.video_processor, processor.image_processor):
         proc.size = {"shortest_edge": MIN_PIXELS, "longest_edge": MAX_PIXELS}
     torch.manual_seed(seed)
     with torch.device(device):
-        model = Qwen2_5_VLForConditionalGeneration._from_config(config, dtype=getattr(torch, dtype))
+        model = AutoModelForImageTextToText.from_config(config, dtype=getattr(torch, dtype),
+                                                        attn_implementation=resolve_attn(attn, device, dtype))
     return QwenVLAdapter(f"random-{arch}" + (f"-{layers}l" if layers else ""), device=device, dtype=dtype,
                          attn=attn, index_layer=config.text_config.num_hidden_layers // 2,
                          prebuilt=(processor, model))

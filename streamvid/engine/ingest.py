@@ -216,7 +216,7 @@ class Ingest:
             self._buffer.append(block)
             for old in self.window.append(block):
                 if self.memory is not None:
-                    self.memory.add(old.for_memory())  # compacted, then copied to the host (memory.StoredBlock.of)
+                    self.memory.add(old.for_memory())  # compacted, then copied to the host (stored_block.StoredBlock.of)
             snap = self.window.snapshot()
             # room before the window for the retrieved blocks of an answer (twice the largest block, per block)
             room = 2 * self.config.memory.top_k * max(b.pos_span for b in snap.blocks)

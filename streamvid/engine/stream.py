@@ -110,7 +110,6 @@ class Stream:
         self._watch_ids = itertools.count()
         self.last_frame_s = time.monotonic()  # wall clock of the last frame in (idle release)
         self.released = False  # the window's KV is in host memory until the next frame or question (release)
-        self.releases = 0
 
     # ---- the caller's side ------------------------------------------------------------------------------
     def insert(self, frame: Frame, timeout_s: float | None = None) -> bool:
@@ -335,7 +334,6 @@ class Stream:
         self.window.map(lambda b: b.to(host))
         self.ingest.release_buffer()
         self.released = True
-        self.releases += 1
 
     def restore(self) -> None:
         """The window's KV back on the devices of the sinks' layers, before the stream's next work."""

@@ -85,10 +85,6 @@ class Budgets:
     memory_keep: float = 1.0  # share of a block's tokens kept in memory
 
     @property
-    def chunk_bytes(self) -> int:
-        return self.tokens_per_chunk * self.shape.bytes_per_token
-
-    @property
     def window_chunks(self) -> int:
         """Chunks the window holds (at least the newest one, which always stays)."""
         if self.window_tokens is not None:

@@ -65,14 +65,6 @@ class RopePositions:
         ids = torch.arange(start, start + n).view(1, n)
         return ids.view(1, 1, n).expand(3, 1, n) if self.axes == 3 else ids
 
-    def batch_ids(self, starts: Sequence[int], lengths: Sequence[int], width: int) -> torch.Tensor:
-        """Position ids of left-padded rows: row i holds lengths[i] tokens from starts[i], right-aligned in
-        `width` (padding positions are 0): (3, n, width) for M-RoPE, (n, width) for 1-D RoPE."""
-        ids = torch.zeros((len(starts), width), dtype=torch.long)
-        for i, (start, n) in enumerate(zip(starts, lengths)):
-            ids[i, width - n:] = torch.arange(start, start + n)
-        return ids.unsqueeze(0).expand(3, -1, -1) if self.axes == 3 else ids
-
     def move(self, block: Block, pos_start: int) -> Block:
         return move_block(block, pos_start, self.inv_freq)
 

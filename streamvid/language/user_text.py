@@ -19,8 +19,8 @@ import re
 import unicodedata
 
 MAX_CHARS = 4000
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # all but tab (09) and newline (0a)
+SURROGATE = re.compile(r"[\ud800-\udfff]")
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # all but tab (09) and newline (0a)
 
 
 def clean(text: object, what: str = "question", max_chars: int = MAX_CHARS) -> str:
@@ -28,8 +28,8 @@ def clean(text: object, what: str = "question", max_chars: int = MAX_CHARS) -> s
     text, is empty after cleaning, or is longer than `max_chars`."""
     if not isinstance(text, str):
         raise ValueError(f"a {what} must be text, got {type(text).__name__}")
-    text = unicodedata.normalize("NFC", _SURROGATE.sub(" ", text)).replace("\r\n", "\n").replace("\r", "\n")
-    text = _CONTROL.sub(" ", text).strip()
+    text = unicodedata.normalize("NFC", SURROGATE.sub(" ", text)).replace("\r\n", "\n").replace("\r", "\n")
+    text = CONTROL.sub(" ", text).strip()
     if not text:
         raise ValueError(f"empty {what}")
     if len(text) > max_chars:

@@ -9,7 +9,8 @@ are the hub's; this package carries requests to it. Modules: options.py (ServeOp
 front door's), service.py (the hub's async face), routes.py (the FastAPI app and the stream routes), openai_api.py
 (/v1/models, /v1/chat/completions), realtime.py (the older WebSocket), realtime_ga.py (OpenAI's Realtime API at
 /v1/realtime, with realtime_conversation.py, realtime_session.py, realtime_responses.py, realtime_events.py,
-realtime_input.py) and client_secrets.py (its one-session keys), webhooks.py (alert webhooks), front_door.py (Host,
+realtime_input.py; realtime_calls.py and webrtc_media.py: the same over WebRTC; the /realtime page in page/) and
+client_secrets.py (its one-session keys), webhooks.py (alert webhooks), front_door.py (Host,
 Origin, API key, body sizes), errors.py (the hub's errors as HTTP statuses), web.py (shared helpers), server.py (one
 process on uvicorn), ray_app.py (Ray Serve), ray_engines.py and scaling.py (its replicas, autoscaled on streams per
 replica), cli.py (the command). The routes are documented in docs/api.md.

@@ -112,19 +112,20 @@ class SecretDoor:
     """ASGI middleware (outermost): a live client secret on the realtime socket's upgrade passes the front door as
     the server's key; the scope carries the secret for `authorize`. Refuses nothing itself."""
 
-    def __init__(self, app, secrets: ClientSecrets, api_key: str | None):
-        self.app, self.secrets, self.api_key = app, secrets, api_key
+    def __init__(self, app, secrets: ClientSecrets, get_backend: GetBackend):
+        self.app, self.secrets, self.get_backend = app, secrets, get_backend
 
     async def __call__(self, scope, receive, send):
         realtime = (scope["type"] == "websocket" and scope.get("path") in REALTIME_PATHS) or (
             scope["type"] == "http" and scope.get("method") == "POST" and scope.get("path") == CALLS_PATH)
-        if realtime and self.api_key:
+        api_key = self.get_backend().options.api_key if realtime else None
+        if api_key:
             headers = list(scope.get("headers", ()))
             for i, (name, raw) in enumerate(headers):
                 if name.lower() == b"authorization":
                     value = bearer(raw.decode("latin-1"))
                     if value is not None and value.startswith("ek_") and self.secrets.valid(value):
-                        headers[i] = (b"authorization", f"Bearer {self.api_key}".encode("latin-1"))
+                        headers[i] = (b"authorization", f"Bearer {api_key}".encode("latin-1"))
                         scope = {**scope, "headers": headers, SCOPE_KEY: value}
                     break
         return await self.app(scope, receive, send)

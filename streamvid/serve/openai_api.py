@@ -13,8 +13,10 @@ server's recogniser, a leading wake word left out) are the question. The answer 
 "ttft_ms"}`, or with `"stream": true` as `chat.completion.chunk` server-sent events ending with `data: [DONE]`
 (the last chunk carries the finish reason and the "streamvid" object; `stream_options.include_usage` adds the
 usage chunk). A "tell me when ..." question registers a trigger: the reply acknowledges it and `"streamvid"` has its
-`trigger_id`; alerts come on the stream's events. Decoding is the engine's (greedy, its max_new_tokens): sampling
-parameters are accepted and ignored, and `usage.prompt_tokens` is not counted (0).
+`trigger_id`; alerts come on the stream's events. A spoken question's answer has `"streamvid": {"transcript"}`: the
+words heard, the question asked. Decoding is the engine's (greedy, up to its max_new_tokens): `max_tokens` /
+`max_completion_tokens` and `stop` cut the reply, parameters that would need sampling are refused by name (a
+one-line 400), and `usage` counts what the model read and wrote (chat_params.py says which parameter does what).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict
 
 from streamvid.hub.errors import HubError, Refused
+from streamvid.serve.chat_params import Reply, chat_limits
 from streamvid.serve.errors import ServeError, wire_error
 from streamvid.serve.web import GetBackend, dumps
 
@@ -38,7 +41,7 @@ ROLES = ("system", "developer", "user", "assistant")
 
 
 class ChatRequest(BaseModel):
-    model_config = ConfigDict(extra="allow")  # temperature, max_tokens, ...: accepted, not used
+    model_config = ConfigDict(extra="allow")  # max_tokens, stop, temperature, ...: chat_params.py
     model: str
     messages: list[dict]
     stream: bool = False
@@ -63,9 +66,11 @@ def add_routes(app: FastAPI, get_backend: GetBackend, auth: list) -> None:
         if not body.stream_id:
             raise Refused('"stream_id" is required: the stream the question is about (openai client: '
                              'extra_body={"stream_id": ...})')
+        reply = Reply(chat_limits(body.model_extra or {}))
         question, dialogue = conversation(body.messages)
+        heard = None
         if isinstance(question, SpokenPart):  # an input_audio part: the words heard in it are the question
-            question = await backend.spoken_question(body.stream_id, question.data, question.format)
+            question = heard = await backend.spoken_question(body.stream_id, question.data, question.format)
         items = backend.ask(body.stream_id, question, dialogue)
         try:
             asked = await anext(items)  # queued: an unknown stream, a full queue ... are answered before streaming
@@ -79,14 +84,17 @@ def add_routes(app: FastAPI, get_backend: GetBackend, auth: list) -> None:
             try:
                 answer = None
                 async for item in items:
-                    if item["type"] == "answer":
+                    if item["type"] == "answer.delta":
+                        reply.feed(item["text"])
+                    elif item["type"] == "answer":
                         answer = item
+                        reply.finish(item)
             finally:
                 await items.aclose()
             return {**head, "object": "chat.completion", "choices": [{
-                "index": 0, "message": {"role": "assistant", "content": answer["text"]}, "logprobs": None,
-                "finish_reason": finish_reason(answer, options)}],
-                "usage": usage(answer), "streamvid": extra(answer, asked)}
+                "index": 0, "message": {"role": "assistant", "content": reply.sent}, "logprobs": None,
+                "finish_reason": reply.finish_reason(answer, options)}],
+                "usage": reply.usage(answer), "streamvid": extra(answer, asked, heard)}
         include_usage = bool((body.stream_options or {}).get("include_usage"))
 
         def chunk(delta: dict, finish: str | None = None, **more) -> str:
@@ -95,23 +103,21 @@ def add_routes(app: FastAPI, get_backend: GetBackend, auth: list) -> None:
             return f"data: {dumps(obj)}\n\n"
 
         async def events():
-            raw, sent = "", ""  # the pieces so far; the content streamed: exactly the answer's text at the end
+            # the content streamed is the answer's text (stripped: trailing blanks wait for more text), cut where
+            # the request's max_tokens or stop say
             try:
                 yield chunk({"role": "assistant", "content": ""})
                 async for item in items:
                     if item["type"] == "answer.delta":
-                        raw += item["text"]
-                        so_far = raw.strip()  # (the answer is stripped: trailing blanks wait for more text)
-                        if so_far.startswith(sent) and len(so_far) > len(sent):
-                            yield chunk({"content": so_far[len(sent):]})
-                            sent = so_far
+                        if more := reply.feed(item["text"]):
+                            yield chunk({"content": more})
                     elif item["type"] == "answer":
-                        text = item["text"]
-                        if text != sent:
-                            yield chunk({"content": text[len(sent):] if text.startswith(sent) else text})
-                        yield chunk({}, finish_reason(item, options), streamvid=extra(item, asked))
+                        if more := reply.finish(item):
+                            yield chunk({"content": more})
+                        yield chunk({}, reply.finish_reason(item, options), streamvid=extra(item, asked, heard))
                         if include_usage:
-                            last = {**head, "object": "chat.completion.chunk", "choices": [], "usage": usage(item)}
+                            last = {**head, "object": "chat.completion.chunk", "choices": [],
+                                    "usage": reply.usage(item)}
                             yield f"data: {dumps(last)}\n\n"
             except (ServeError, HubError) as e:
                 yield f"data: {dumps(wire_error(e).body())}\n\n"
@@ -185,20 +191,14 @@ def spoken_part(audio, i: int) -> SpokenPart:
         raise Refused(f"messages[{i}].content: input_audio data is not valid base64") from None
 
 
-def finish_reason(answer: dict, options) -> str:
-    limit = options.max_new_tokens
-    return "length" if limit and (answer.get("tokens") or 0) >= limit else "stop"
-
-
-def usage(answer: dict) -> dict:
-    tokens = int(answer.get("tokens") or 0)
-    return {"prompt_tokens": 0, "completion_tokens": tokens, "total_tokens": tokens}
-
-
-def extra(answer: dict, asked: dict) -> dict:
+def extra(answer: dict, asked: dict, heard: str | None = None) -> dict:
+    """The "streamvid" object of a reply: the answer's times and evidence; `transcript`, the words heard, when the
+    question was spoken."""
     out = {"stream_id": asked["stream_id"], "question_id": answer["id"]}
     out |= {k: answer.get(k) for k in ("t_s", "evidence_t_s", "retrieved_blocks", "ttft_ms")}
     for key in ("trigger_id", "evidence_frame_url"):  # (a watch's acknowledgement; a stream keeping alert media)
         if key in answer:
             out[key] = answer[key]
+    if heard is not None:
+        out["transcript"] = heard
     return out

@@ -17,7 +17,7 @@ of routes.py) holds a handle to each and routes every request:
   left without streams for `scale_down_after_s` is removed (ray_engines.py: how, and why not Ray Serve's own
   autoscaler);
 - a stream's id carries its engine and that replica's incarnation, `r{i}.{incarnation}-{token}`, so every later
-  request for it (frames, chat completions, watches, events, the realtime socket) goes to `engine{i}` for the
+  request for it (frames, chat completions, watches, events, the realtime socket and calls) goes to `engine{i}` for the
   stream's whole life; the token ends with a MAC of the id under the application's key (`id_tag`), so an id no
   replica issued (made up, or malformed) is 404 at the ingress, not taken for a stream of a dead replica;
 - replies and errors cross the handle as plain data (`{"ok": ...}` / `{"err": [status, message, type, code]}`;
@@ -39,6 +39,7 @@ import asyncio
 import functools
 import hashlib
 import hmac
+import inspect
 import logging
 import re
 import secrets
@@ -55,15 +56,16 @@ from streamvid.serve.errors import ServeError, wire_error
 from streamvid.serve.front_door import Door
 from streamvid.serve.options import ServeOptions
 from streamvid.serve.ray_engines import EngineSet
+from streamvid.serve.realtime_ga import mount as mount_realtime
 from streamvid.serve.routes import create_app
 from streamvid.serve.scaling import ScalePolicy
 from streamvid.serve.service import HubService
+from streamvid.serve.web import STREAM_CALLS, STREAMED, Backend
 
 log = logging.getLogger(__name__)
 
-CALLS = ("open", "list", "count", "status", "close", "push", "push_audio", "set_silence", "spoken_question", "question",
-         "watch", "watches", "unwatch", "alerts", "alert", "alert_snapshot", "alert_clip", "frame_jpeg")
-STREAMS = ("ask", "events")
+CALLS = ("open", "list", "count", *STREAM_CALLS)
+STREAMS = STREAMED
 _ID = re.compile(r"^r(\d+)\.([0-9a-f]+)-")
 RAY_ERRORS = (RayError, RayServeException)
 TAG_HEX = 12  # the MAC at the end of a stream id
@@ -147,7 +149,7 @@ class RayBackend:
         self.options = options
         self.key = key  # the application's: ids its replicas issued end with their MAC (id_tag)
 
-    def _index(self, sid: str) -> int:
+    def index(self, sid: str) -> int:
         """The replica that issued the stream id; NotFound for an id no replica issued, or one of a replica that
         was removed."""
         m = _ID.match(sid) if issued(self.key, sid) else None
@@ -169,7 +171,7 @@ class RayBackend:
             raise ServeError.from_wire(reply["err"])
         return reply["ok"]
 
-    async def _stream(self, i: int, method: str, *args, sid: str | None = None) -> AsyncIterator:
+    async def stream_from(self, i: int, method: str, *args, sid: str | None = None) -> AsyncIterator:
         gen = self.engines.handle(i).options(stream=True).stream.remote(method, *args)
         try:
             async for reply in gen:
@@ -181,8 +183,8 @@ class RayBackend:
         finally:
             gen.cancel()
 
-    async def _on(self, sid: str, method: str, *args):
-        return await self._call(self._index(sid), method, sid, *args, sid=sid)
+    async def call_on(self, sid: str, method: str, *args):
+        return await self._call(self.index(sid), method, sid, *args, sid=sid)
 
     async def open(self, source: object, fps: float | None = None, session_dir: str | None = None,
                    resume: bool = False) -> dict:
@@ -214,59 +216,39 @@ class RayBackend:
                                      return_exceptions=True)
         return [s for streams in found if isinstance(streams, list) for s in streams]
 
-    async def status(self, sid: str) -> dict:
-        return await self._on(sid, "status")
 
-    async def close(self, sid: str) -> dict:
-        return await self._on(sid, "close")
+def _positional(method: str, self, sid: str, args: tuple, kwargs: dict) -> tuple:
+    """A call's arguments after the stream id, all positional and in the Backend's order (defaults filled in), as
+    the replica's service method takes them."""
+    bound = inspect.signature(getattr(Backend, method)).bind(self, sid, *args, **kwargs)
+    bound.apply_defaults()
+    return bound.args[2:]
 
-    async def push(self, sid: str, data: bytes, content_type: str | None, t_s: float | None = None) -> dict:
-        return await self._on(sid, "push", data, content_type, t_s)
 
-    async def push_audio(self, sid: str, data: bytes, content_type: str | None, rate: int | None = None,
-                         t_s: float | None = None) -> dict:
-        return await self._on(sid, "push_audio", data, content_type, rate, t_s)
+def _forwarded(method: str):
+    """Backend.`method` on one stream, called on the replica that holds it."""
+    async def forward(self: RayBackend, sid: str, *args, **kwargs):
+        return await self.call_on(sid, method, *_positional(method, self, sid, args, kwargs))
 
-    async def spoken_question(self, sid: str, data: bytes, fmt: object) -> str:
-        return await self._on(sid, "spoken_question", data, fmt)
+    forward.__name__ = forward.__qualname__ = method
+    return forward
 
-    async def set_silence(self, sid: str, silence_s: float) -> None:
-        return await self._on(sid, "set_silence", silence_s)
 
-    async def question(self, sid: str, text: object) -> dict:
-        return await self._on(sid, "question", text)
-
-    async def watch(self, sid: str, condition: object, fire=None, reset=None) -> dict:
-        return await self._on(sid, "watch", condition, fire, reset)
-
-    async def watches(self, sid: str) -> list[dict]:
-        return await self._on(sid, "watches")
-
-    async def unwatch(self, sid: str, wid: str) -> dict:
-        return await self._on(sid, "unwatch", wid)
-
-    async def alerts(self, sid: str) -> list[dict]:
-        return await self._on(sid, "alerts")
-
-    async def alert(self, sid: str, alert_id: str) -> dict:
-        return await self._on(sid, "alert", alert_id)
-
-    async def alert_snapshot(self, sid: str, alert_id: str) -> bytes:
-        return await self._on(sid, "alert_snapshot", alert_id)
-
-    async def alert_clip(self, sid: str, alert_id: str) -> bytes:
-        return await self._on(sid, "alert_clip", alert_id)
-
-    async def frame_jpeg(self, sid: str, t_s: float) -> bytes:
-        return await self._on(sid, "frame_jpeg", t_s)
-
-    async def ask(self, sid: str, text: object, dialogue=None) -> AsyncIterator[dict]:
-        async for item in self._stream(self._index(sid), "ask", sid, text, dialogue, sid=sid):
+def _streamed(method: str):
+    """Backend.`method` on one stream, its items streamed from the replica that holds it."""
+    async def stream(self: RayBackend, sid: str, *args, **kwargs) -> AsyncIterator:
+        rest = _positional(method, self, sid, args, kwargs)
+        async for item in self.stream_from(self.index(sid), method, sid, *rest, sid=sid):
             yield item
 
-    async def events(self, sid: str, deltas: bool = False) -> AsyncIterator[dict | None]:
-        async for item in self._stream(self._index(sid), "events", sid, deltas, sid=sid):
-            yield item
+    stream.__name__ = stream.__qualname__ = method
+    return stream
+
+
+for _name in STREAM_CALLS:  # derived from the Backend's list, so a new call on a stream is forwarded by itself
+    setattr(RayBackend, _name, _forwarded(_name))
+for _name in STREAMED:
+    setattr(RayBackend, _name, _streamed(_name))
 
 
 _backend: RayBackend | None = None  # the ingress replica's (set by its constructor, read by the routes)
@@ -279,6 +261,12 @@ def current_backend() -> RayBackend:
     return _backend
 
 
+def set_backend(backend: RayBackend) -> None:
+    """The ingress replica's backend (its constructor's)."""
+    global _backend
+    _backend = backend
+
+
 def current_door() -> Door:
     global _door
     if _door is None:
@@ -287,9 +275,13 @@ def current_door() -> Door:
 
 
 def ingress_app():
-    """The FastAPI app of routes.py over this ingress replica's RayBackend (built on the replica by Ray Serve),
-    behind the same front door as one process (front_door.py)."""
-    return create_app(current_backend, door=current_door)
+    """The FastAPI app of routes.py and the realtime API (realtime_ga.py: the socket, WebRTC calls, client secrets,
+    the /realtime page) over this ingress replica's RayBackend (built on the replica by Ray Serve), behind the same
+    front door as one process (front_door.py). A realtime session's work (its events, speech synthesis, a call's
+    media) runs on the ingress; its stream's on the stream's engine replica."""
+    app = create_app(current_backend, door=current_door)
+    mount_realtime(app, current_backend)
+    return app
 
 
 @serve.deployment(max_ongoing_requests=10_000, ray_actor_options={"num_cpus": 0})
@@ -301,7 +293,7 @@ class StreamvidIngress:
 
         app = serve.get_replica_context().app_name
         engine_set = this.EngineSet(dict(enumerate(engines)), policy, lambda i: this.engine(i, *engine_args), app)
-        this._backend = this.RayBackend(engine_set, options, key=engine_args[-1])
+        this.set_backend(this.RayBackend(engine_set, options, key=engine_args[-1]))
 
 
 def engine(i: int, config, options: ServeOptions, cpus: float, gpus: float, threads: int | None, key: bytes):

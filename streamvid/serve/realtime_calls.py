@@ -23,7 +23,8 @@ with `--ice-server URL` (STUN/TURN: stun:host:port, turn:user:password@host:port
 
 With `--api-key`, the server's key or a client secret (client_secrets.py: one call or socket each) is the Bearer.
 Refused with a one-line 400 in OpenAI's error shape: a body that is not an SDP offer, an offer without any media or
-data channel, one whose media has no codec in common (VP8/H.264 video, Opus/PCMU/PCMA audio); 401 without a key.
+data channel, one whose media has no codec in common (VP8/H.264 video, Opus/PCMU/PCMA audio), a session part the
+socket's session.update would refuse (naming the parameter); 401 without a key.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from streamvid.hub.errors import HubError
 from streamvid.serve.client_secrets import ClientSecrets, authorize
 from streamvid.serve.errors import ServeError, wire_error
 from streamvid.serve.realtime_conversation import RealtimeSession
-from streamvid.serve.realtime_session import ParamError
+from streamvid.serve.realtime_session import ParamError, SessionConfig
 from streamvid.serve.web import GetBackend, check_key
 from streamvid.serve.webrtc_media import ChannelSocket, SpokenTrack, hear, sample_frames
 
@@ -64,7 +65,7 @@ class Call:
         self.id = f"rtc_{tokens.token_hex(12)}"
         self.calls, self.backend, self.sid, self.owned, self.items = calls, backend, sid, owned, items
         self.fps = fps or 1.0
-        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[ice_server(u) for u in calls.ice_servers]))
+        self.pc = RTCPeerConnection(RTCConfiguration(iceServers=[ice_server(u) for u in backend.options.ice_servers]))
         self.socket = ChannelSocket()
         self.socket.on_close = self.hang_up_async
         self.voice = SpokenTrack(self._voice_event)
@@ -191,9 +192,8 @@ class Call:
 class Calls:
     """The calls of one server: by id, and which stream each holds."""
 
-    def __init__(self, ice_servers: tuple[str, ...] = (), ice_timeout_s: float | None = None,
-                 max_calls: int = MAX_CALLS):
-        self.ice_servers, self.ice_timeout_s, self.max_calls = tuple(ice_servers), ice_timeout_s, max_calls
+    def __init__(self, ice_timeout_s: float | None = None, max_calls: int = MAX_CALLS):
+        self.ice_timeout_s, self.max_calls = ice_timeout_s, max_calls
         self.live: dict[str, Call] = {}
         self.streams: dict[str, str] = {}  # stream id -> call id
 
@@ -224,13 +224,15 @@ def add_routes(app: FastAPI, get_backend: GetBackend, secrets: ClientSecrets, ca
         granted = authorize(request.headers.get("authorization"), request.scope, backend.options, secrets)
         try:
             offer, asked = await _read_offer(request)
+            session = _merge(granted or {}, asked or {})
+            ext = session.get("streamvid") if isinstance(session.get("streamvid"), dict) else {}
+            stream_id = ext.get("stream_id") if isinstance(ext.get("stream_id"), str) else None
+            SessionConfig(backend.options.model_id, stream_id, None, True).update(session)  # refused now, not later
         except ParamError as e:
             raise ServeError(e.message, 400, "invalid_request_error", e.code) from None
-        session = _merge(granted or {}, asked or {})
         if len(calls) >= calls.max_calls:
             raise ServeError(f"{calls.max_calls} calls are live on this server: hang one up first", 503,
                              "server_error", "too_many_calls")
-        ext = session.get("streamvid") if isinstance(session.get("streamvid"), dict) else {}
         sid, owned, items, call = ext.get("stream_id"), False, None, None
         try:
             if sid is not None and not isinstance(sid, str):

@@ -95,12 +95,12 @@ async def _deny(ws: WebSocket, e: ServeError) -> None:
         await ws.close(code=1008, reason=e.message[:120])
 
 
-def mount(app: FastAPI, get_backend: GetBackend, api_key: str | None, ice_servers: tuple[str, ...] = ()) -> Calls:
+def mount(app: FastAPI, get_backend: GetBackend) -> Calls:
     """The page at /realtime, the GA realtime socket, WebRTC calls (`POST /v1/realtime/calls`, realtime_calls.py), `POST
     /v1/realtime/client_secrets`, and the door that lets a client secret in to the socket and the calls' offers
     (and nowhere else) on `app`; the calls (hang them up at shutdown: `await calls.hang_up_all()`)."""
     secrets = ClientSecrets()
-    calls = Calls(ice_servers)
+    calls = Calls()
     page = (files("streamvid.serve") / "page" / "realtime.html").read_text()
 
     @app.get("/realtime", include_in_schema=False)
@@ -110,5 +110,5 @@ def mount(app: FastAPI, get_backend: GetBackend, api_key: str | None, ice_server
     add_routes(app, get_backend, secrets)
     realtime_calls.add_routes(app, get_backend, secrets, calls)
     client_secrets.add_routes(app, get_backend, secrets)
-    app.add_middleware(client_secrets.SecretDoor, secrets=secrets, api_key=api_key)
+    app.add_middleware(client_secrets.SecretDoor, secrets=secrets, get_backend=get_backend)
     return calls

@@ -128,9 +128,9 @@ class SessionConfig:
         if session.get("tool_choice") not in (None, "auto", "none"):
             raise ParamError('session.tool_choice must be "auto" or "none"', "session.tool_choice")
         if "audio" in session:
-            act["silence_s"] = new._audio(session["audio"])
+            act["silence_s"] = new.apply_audio(session["audio"])
         if "streamvid" in session:
-            act["watches"] = new._streamvid(session["streamvid"])
+            act["watches"] = new.apply_streamvid(session["streamvid"])
         self.__dict__.update(new.__dict__)
         return act
 
@@ -144,7 +144,7 @@ class SessionConfig:
                              param, "unsupported_value")
         return list(value)
 
-    def _audio(self, audio: object) -> float | None:
+    def apply_audio(self, audio: object) -> float | None:
         if audio is None:
             return None
         if not isinstance(audio, dict):
@@ -224,7 +224,7 @@ class SessionConfig:
         self.turn_detection = now
         return silence
 
-    def _streamvid(self, ext: object) -> list[str]:
+    def apply_streamvid(self, ext: object) -> list[str]:
         param = "session.streamvid"
         if not isinstance(ext, dict):
             raise ParamError(f"{param} must be an object", param, "invalid_type")

@@ -53,7 +53,7 @@ def build_app(engine, options: ServeOptions | None = None, ui: bool = False) -> 
     app = create_app(lambda: service, lifespan=lifespan, door=Door.of(options))
     app.state.hub = hub
     # GET /v1/realtime, POST /v1/realtime/calls (WebRTC), POST /v1/realtime/client_secrets
-    calls = app.state.calls = mount_realtime(app, lambda: service, options.api_key, options.ice_servers)
+    calls = app.state.calls = mount_realtime(app, lambda: service)
     if ui:
         closers.append(mount_ui(app, hub, options))
     return app

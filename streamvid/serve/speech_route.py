@@ -1,40 +1,46 @@
 """`POST /v1/audio/speech` (OpenAI's route): any text spoken by the server's voice (`--tts`; voices.py).
 
-    client.audio.speech.create(model="streamvid-tiny", voice="alloy", input="The star is red.",
-                               response_format="wav")          # a WAV, 24 kHz mono PCM16 ("pcm": the raw samples)
+    client.audio.speech.create(model="tts-1", voice="alloy", input="The star is red.",
+                               response_format="mp3")          # 24 kHz mono, as OpenAI's
 
-`voice` is accepted and the server's own voice speaks (OpenAI's voice names are not ours); `speed` and
-`instructions` are accepted and ignored. `response_format` must be "wav" or "pcm". `--tts off` answers 409.
+`model` is the served model or one of OpenAI's speech models (MODELS: "tts-1", "tts-1-hd", "gpt-4o-mini-tts"), all
+spoken by the server's one voice; another name is a 404 naming it. `voice` is accepted and the server's own voice
+speaks (OpenAI's voice names are not ours); `speed` and `instructions` are accepted and ignored. `response_format`:
+"mp3" (audio/mpeg), "opus" (Ogg Opus, audio/opus), "aac" (ADTS, audio/aac), "flac" (audio/flac), "wav" (the
+default: audio/wav, PCM16) or "pcm" (audio/pcm: the raw samples, s16le), encoded by audio/encoding.py; another is
+a one-line 400 naming it. `--tts off` answers 409.
 
 Synthesis has a pool of its own (SPEECH_SLOTS threads, "streamvid-speech"), never the event loop's default
 executor that the other routes' work runs on, and at most SPEECH_SLOTS replies are spoken at once per process: one
-more is answered 429 at once (with Retry-After), not queued. The input is at most MAX_INPUT characters, spoken piece
-by piece (sentences, each at most MAX_PIECE characters): a reply of one piece is one WAV with its exact length; a
-longer one is streamed, each piece sent as soon as it is spoken, as a WAV whose header leaves the length open
-(0xFFFFFFFF, read to the end, as OpenAI's streamed WAVs do) or as raw PCM. A piece that fails to speak ends the
-stream there (logged).
+more is answered 429 at once (with Retry-After: 1), not queued; an address that keeps retrying at once (more than
+PACE_AFTER refusals a second) has its next refusals held for that second before they are sent (RefusalPace). The input is at most MAX_INPUT characters, spoken piece
+by piece (sentences, each at most MAX_PIECE characters): a reply of one piece is sent whole (a WAV with its exact
+length); a longer one is streamed, each piece encoded and sent as soon as it is spoken (a WAV's header leaves the
+length open, 0xFFFFFFFF, read to the end, as OpenAI's streamed WAVs do). A piece that fails to speak ends the
+stream there (logged; an encoded reply is closed properly first).
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
-import io
 import logging
 import re
-import struct
 import threading
-import wave
+import time
+from collections import OrderedDict, deque
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from streamvid.audio.encoding import FORMATS, MEDIA_TYPES, Encoder, encode
+from streamvid.audio.encoding import wav_header as encoded_wav_header
 from streamvid.audio.pcm import resample
 from streamvid.audio.recognition import IdlePool
 from streamvid.audio.spoken import OUT_RATE
 from streamvid.audio.voices import VoiceUnavailable, load_voice, to_pcm16
 from streamvid.hub.errors import Conflict, Refused
+from streamvid.once import once
 from streamvid.serve.errors import ServeError
 from streamvid.serve.web import GetBackend, StrictJSONResponse
 
@@ -43,7 +49,10 @@ log = logging.getLogger(__name__)
 MAX_INPUT = 4096  # characters, as OpenAI's
 MAX_PIECE = 400  # characters spoken in one synthesis call (a longer sentence is cut at a space)
 SPEECH_SLOTS = 2  # replies spoken at once per process, and the threads of the synthesis pool
+PACE_AFTER, PACE_WINDOW_S = 4, 1.0  # refusals an address gets at once within the window; the next ones are held
+HOLD_S = 1.0  # how long (the Retry-After the refusal carries)
 OPEN_LENGTH = 0xFFFFFFFF  # a streamed WAV's RIFF and data sizes: not known in advance, read to the end
+MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")  # OpenAI's speech models: the server's voice speaks for each
 
 
 class SpeechRequest(BaseModel):
@@ -54,7 +63,7 @@ class SpeechRequest(BaseModel):
     response_format: str = "wav"
 
 
-@functools.lru_cache(maxsize=2)
+@once(maxsize=2)
 def loaded_voice(name: str):
     """The voice `name` names, loaded once per process (`loaded_voice.cache_clear()` forgets them)."""
     return load_voice(None if name == "auto" else name)
@@ -93,12 +102,38 @@ def pieces(text: str, max_chars: int = MAX_PIECE) -> list[str]:
 
 def wav_header(data_bytes: int | None) -> bytes:
     """A 24 kHz mono PCM16 WAV header for `data_bytes` of samples, or for a length left open (None)."""
-    if data_bytes is None:
-        riff = data = OPEN_LENGTH
-    else:
-        riff, data = 36 + data_bytes, data_bytes
-    return (b"RIFF" + struct.pack("<I", riff) + b"WAVEfmt " + struct.pack("<IHHIIHH", 16, 1, 1, OUT_RATE, 2 * OUT_RATE,
-                                                                          2, 16) + b"data" + struct.pack("<I", data))
+    return encoded_wav_header(data_bytes, OUT_RATE)
+
+
+def speak_encoded(text: str, tts: str, encoder: Encoder) -> bytes:
+    """`text` spoken and fed to `encoder`: the bytes it has ready."""
+    return encoder.feed(speak(text, tts))
+
+
+class RefusalPace:
+    """Who keeps retrying a refusal at once: an address refused more than PACE_AFTER times within PACE_WINDOW_S has
+    its next refusals held HOLD_S before they are sent (the Retry-After it was told), so a client that ignores
+    Retry-After costs a held connection, not a request loop spinning on the server's cores. Only refusals are
+    counted and held: a request that gets a slot is never slowed, whatever its address. Bounded (`max_addresses`
+    most recently refused); thread-safe; `clock` in seconds (for tests)."""
+
+    def __init__(self, clock=time.monotonic, max_addresses: int = 10_000):
+        self.clock, self.max_addresses = clock, max_addresses
+        self._refused: OrderedDict[str, deque[float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def hold_s(self, address: str) -> float:
+        """Record one refusal of `address`; how long to hold it before it is sent."""
+        now = self.clock()
+        with self._lock:
+            times = self._refused.pop(address, None) or deque(maxlen=PACE_AFTER + 1)
+            while times and times[0] <= now - PACE_WINDOW_S:
+                times.popleft()
+            times.append(now)
+            self._refused[address] = times
+            while len(self._refused) > self.max_addresses:
+                self._refused.popitem(last=False)
+            return HOLD_S if len(times) > PACE_AFTER else 0.0
 
 
 class Speaker:
@@ -108,6 +143,7 @@ class Speaker:
         self.slots = slots
         self.pool = IdlePool(slots, "streamvid-speech")
         self._free = threading.BoundedSemaphore(slots)
+        self.pace = RefusalPace()
 
     def take(self) -> bool:
         """A slot for one reply (True), or False at once when all are taken."""
@@ -125,18 +161,27 @@ class Speaker:
     async def run(self, fn, *args):
         return await asyncio.wrap_future(self.pool.submit(fn, *args))
 
-    async def stream(self, parts: list[str], tts: str, head: bytes):
-        """`head`, then each piece's PCM16 as soon as it is spoken."""
+    async def stream(self, parts: list[str], tts: str, encoder: Encoder):
+        """The head the format has before any sample (a WAV's header), then each piece, spoken and encoded, as soon
+        as it is ready; then the encoding's end."""
+        head = encoder.feed(b"")
         if head:
             yield head
         for i, part in enumerate(parts):
             try:
-                pcm = await self.run(speak, part, tts)
+                data = await self.run(speak_encoded, part, tts, encoder)
             except Exception as e:  # noqa: BLE001 - the answer has begun: it ends here, and the log says why
                 log.warning("speech: piece %d of %d failed, the reply ends there: %s", i + 1, len(parts), e)
-                return
-            if pcm:
-                yield pcm
+                break
+            if data:
+                yield data
+        try:
+            data = await self.run(encoder.close)
+        except Exception as e:  # noqa: BLE001 - as above: the reply ends, the log says why
+            log.warning("speech: the %s encoding could not be finished: %s", encoder.fmt, e)
+            return
+        if data:
+            yield data
 
 
 class SpeechResponse(StreamingResponse):
@@ -157,34 +202,34 @@ def add_routes(app: FastAPI, get_backend: GetBackend, auth: list, speaker: Speak
     speaker = speaker or Speaker()
 
     @app.post("/v1/audio/speech", dependencies=auth)
-    async def speech(body: SpeechRequest) -> Response:
+    async def speech(body: SpeechRequest, request: Request) -> Response:
         options = get_backend().options
-        if body.model != options.model_id:
-            raise ServeError(f"model {body.model[:100]!r} is not served here; this server serves "
-                             f"{options.model_id!r} (GET /v1/models)", 404, "not_found_error", "model_not_found")
-        if body.response_format not in ("wav", "pcm"):
-            raise Refused(f'response_format must be "wav" or "pcm", got {body.response_format[:20]!r}')
+        if body.model != options.model_id and body.model not in MODELS:
+            raise ServeError(f"model {body.model[:100]!r} is not served here; this server speaks for "
+                             f"{', '.join(repr(m) for m in (options.model_id, *MODELS))}", 404, "not_found_error",
+                             "model_not_found")
+        if body.response_format not in FORMATS:
+            raise Refused(f"response_format {body.response_format[:20]!r} is not supported: use one of "
+                          f"{', '.join(FORMATS)}")
         parts = pieces(body.input)
         if not parts:
             raise Refused("input is empty: give the text to speak")
         if not speaker.take():
+            hold = speaker.pace.hold_s(request.client.host if request.client else "")
+            if hold:
+                await asyncio.sleep(hold)  # a client retrying at once: its refusal waits out its Retry-After
             return speaker.busy()
         streaming = False
         try:
             await speaker.run(server_voice, options.tts)  # loaded (or refused, 409) before any byte is sent
-            media = "audio/pcm" if body.response_format == "pcm" else "audio/wav"
+            media = MEDIA_TYPES[body.response_format]
             if len(parts) > 1:
-                head = wav_header(None) if body.response_format == "wav" else b""
                 streaming = True
-                return SpeechResponse(speaker.stream(parts, options.tts, head), speaker, media)
+                return SpeechResponse(speaker.stream(parts, options.tts, Encoder(body.response_format)), speaker,
+                                      media)
             pcm = await speaker.run(speak, parts[0], options.tts)
+            data = await speaker.run(encode, pcm, body.response_format)
         finally:
             if not streaming:
                 speaker.give()
-        if body.response_format == "pcm":
-            return Response(pcm, media_type=media)
-        buf = io.BytesIO()
-        with wave.open(buf, "wb") as w:
-            w.setnchannels(1), w.setsampwidth(2), w.setframerate(OUT_RATE)
-            w.writeframes(pcm)
-        return Response(buf.getvalue(), media_type=media)
+        return Response(data, media_type=media)

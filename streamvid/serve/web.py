@@ -19,6 +19,9 @@ from streamvid.serve.options import ServeOptions
 
 
 class Backend(Protocol):
+    """What the routes call (service.HubService's docstrings say what each does). The calls on one stream take its
+    id first (STREAM_CALLS, STREAMED): Ray's backend forwards exactly those to the replica holding the stream."""
+
     options: ServeOptions
 
     async def open(self, source: object, fps: float | None = None, session_dir: str | None = None,
@@ -27,6 +30,10 @@ class Backend(Protocol):
     async def status(self, sid: str) -> dict: ...
     async def close(self, sid: str) -> dict: ...
     async def push(self, sid: str, data: bytes, content_type: str | None, t_s: float | None = None) -> dict: ...
+    async def push_audio(self, sid: str, data: bytes, content_type: str | None, rate: int | None = None,
+                         t_s: float | None = None) -> dict: ...
+    async def spoken_question(self, sid: str, data: bytes, fmt: object) -> str: ...
+    async def set_silence(self, sid: str, silence_s: float) -> None: ...
     async def question(self, sid: str, text: object) -> dict: ...
     async def watch(self, sid: str, condition: object, fire: float | None = None,
                     reset: float | None = None) -> dict: ...
@@ -42,6 +49,10 @@ class Backend(Protocol):
 
 
 GetBackend = Callable[[], Backend]
+# the Backend's calls on one stream, (sid, *args) -> a value, and those that stream their items
+STREAM_CALLS = ("status", "close", "push", "push_audio", "spoken_question", "set_silence", "question", "watch",
+                "watches", "unwatch", "alerts", "alert", "alert_snapshot", "alert_clip", "frame_jpeg")
+STREAMED = ("ask", "events")
 
 
 def dumps(obj: Any) -> str:
