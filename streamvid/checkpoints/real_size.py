@@ -66,8 +66,8 @@ def _depth(numbers: dict, key: str, layers: int | None) -> dict:
 
 def _smolvlm(arch: Arch, layers: int | None):
     from transformers import (
+        AutoModelForImageTextToText,
         SmolVLMConfig,
-        SmolVLMForConditionalGeneration,
         SmolVLMImageProcessor,
         SmolVLMProcessor,
         SmolVLMVideoProcessor,
@@ -96,14 +96,14 @@ def _smolvlm(arch: Arch, layers: int | None):
                          eos_token_id=ids["<end_of_utterance>"], pad_token_id=ids["<|im_end|>"],
                          tie_word_embeddings=False, **text),
         image_token_id=ids["<image>"], scale_factor=scale, pad_token_id=ids["<|im_end|>"], tie_word_embeddings=False)
-    return SmolVLMForConditionalGeneration._from_config(config), processor
+    return AutoModelForImageTextToText.from_config(config), processor
 
 
 def _internvl(arch: Arch, layers: int | None):
     from transformers import (
+        AutoModelForImageTextToText,
         GotOcr2ImageProcessor,
         InternVLConfig,
-        InternVLForConditionalGeneration,
         InternVLProcessor,
         InternVLVideoProcessor,
         PreTrainedTokenizerFast,
@@ -134,7 +134,7 @@ def _internvl(arch: Arch, layers: int | None):
                          pad_token_id=ids["<|endoftext|>"], bos_token_id=None, tie_word_embeddings=False, **text),
         image_token_id=ids["<IMG_CONTEXT>"], image_seq_length=seq, downsample_ratio=ratio,
         projector_hidden_act="gelu", vision_feature_layer=-1, tie_word_embeddings=False)
-    return InternVLForConditionalGeneration._from_config(config), processor
+    return AutoModelForImageTextToText.from_config(config), processor
 
 
 def _tiny(arch: Arch, layers: int | None):
@@ -195,7 +195,7 @@ def random_adapter(name: str, layers: int | None = None, device: str = "auto", d
     device = resolve_device(device)
     dtype = resolve_dtype(dtype, device)
     model, processor = build(name, layers, seed)
-    model.config._attn_implementation = resolve_attn(attn, device, dtype)
+    model.set_attn_implementation(resolve_attn(attn, device, dtype))
     model.to(getattr(torch, dtype))
     adapter_cls = {"smolvlm2": SmolVLMAdapter, "internvl3.5": InternVLAdapter}[ARCHS[name].family]
     label = f"random-{name}" + (f"-{layers}l" if layers else "")
