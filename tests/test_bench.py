@@ -17,7 +17,7 @@ def test_bench_json_has_the_documented_shape(tmp_path):
     assert len(lines) == 1, "--json prints exactly one object"
     out = json.loads(lines[0])
     assert set(out) == {"ingest_frames_per_s", "ttft_ms_p50", "ttft_ratio_long_short", "rss_mb", "reencode_ttft_ms",
-                        "speedup_vs_reencode_64", "frames_dropped_under_questions"}
+                        "speedup_vs_reencode_64", "frames_dropped_under_questions", "decode_tokens_per_s"}
     assert set(out["ttft_ms_p50"]) == set(out["rss_mb"]) == {"0.2", "0.5"}
     assert set(out["reencode_ttft_ms"]) == {"16", "32", "64"}
     numbers = [out["ingest_frames_per_s"], out["ttft_ratio_long_short"], out["speedup_vs_reencode_64"],
@@ -51,3 +51,5 @@ def test_gpu_check_script_runs_on_the_cpu_with_the_bundled_model(tmp_path):
         for way in ("batched", "unbatched"):
             assert set(entry[way]) >= {"frames_dropped", "ttft_ms_p50", "ttft_ms_p95", "saturated_frames_per_s"}
             assert entry[way]["frames_in"] > 0 and entry[way]["saturated_frames_per_s"] > 0
+            runs = entry[way]["saturated_runs"]  # three saturated runs per way, taken in turns; the median reported
+            assert len(runs) == 3 and entry[way]["saturated_frames_per_s"] == sorted(runs)[1]

@@ -73,6 +73,20 @@ class SmolVLMAdapter(TemplateChat, HFVideoAdapter):
                                       (frames_in, self.side, self.side)))
         return chunks
 
+    def offline_generate(self, frames: Sequence[np.ndarray], question: str, max_new_tokens: int,
+                         fps: float = 2.0) -> list[int]:
+        """What an offline video-LLM does per question (the re-encoding baseline of `streamvid bench`): the chat
+        template's conversation (system prompt, a video, the question) with all `frames` as one video at `fps`,
+        prepared by the HF processor and decoded greedily by HF `generate` from an empty cache. Returns the
+        generated token ids."""
+        inputs = self.processor(text=[self.render(question)], videos=[np.stack(frames)],
+                                video_metadata=[frame_times(len(frames), 1.0 / fps, 0.0)], do_sample_frames=False,
+                                return_tensors="pt")
+        inputs = {k: self._to_model(v) if k == "pixel_values" else v.to(self.device) for k, v in inputs.items()}
+        with self.lock, torch.inference_mode():
+            out = self.model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
+        return out[0, inputs["input_ids"].shape[1]:].tolist()
+
     def _check_layout(self, model: str) -> None:
         """At load: the processor's tokens for a one-frame chunk are as many as the connector's features per frame
         (the vision tower's patches / scale_factor^2), or loading fails in one line."""

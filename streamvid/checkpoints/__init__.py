@@ -4,6 +4,8 @@
                     `streamvid train-tiny`
     families.py     a small random checkpoint of every supported family (`streamvid make-tiny --arch A`)
     random_arch.py  real-size Qwen2.5-VL architectures with random weights (`streamvid bench --arch 3b|7b`)
+    real_size.py    real-size SmolVLM2 / InternVL3.5 architectures with random weights and their own processors
+                    (`streamvid bench --arch smolvlm2-256m|smolvlm2-500m|internvl3.5-1b`)
 
 Each writes an ordinary HF checkpoint directory that the adapters (streamvid/adapters/) load like a hub model.
 

@@ -3,6 +3,8 @@
     streamvid bench --quick --json                 # the bundled model, a few minutes on a CPU
     streamvid bench --arch 7b --device cuda        # Qwen2.5-VL-7B's architecture, random weights, 448 px frames
     streamvid bench --arch 7b --layers 2           # real widths, 2 decoder layers (and vision blocks): fits a CPU
+    streamvid bench --arch smolvlm2-500m --quick   # SmolVLM2-500M-Video-Instruct's architecture, 384 px frames
+    streamvid bench --arch smolvlm2-tiny --quick --streams 8   # make-tiny's SmolVLM2, 8 streams batched / not
 
 In one run, side by side:
 - a simulated stream of synthetic frames pushed at full speed through the ingest path (vision encode, prefill,
@@ -16,7 +18,10 @@ In one run, side by side:
   `generate` for each question (N = 16, 32, 64), time to its first token.
 
 Speed does not depend on weight values, so `--arch 3b|7b` builds the architecture with random weights
-(checkpoints/random_arch.py). `--json` prints one object (see `summary`); `--out DIR` writes the full report.
+(checkpoints/random_arch.py), and `--arch smolvlm2-256m|smolvlm2-500m|internvl3.5-1b` (and make-tiny's
+`smolvlm2-tiny|internvl3.5-tiny`) the real-size architectures of the small families with their own processors
+(checkpoints/real_size.py). Answers of `decode_tokens` tokens at the longest stream give the decode rate.
+`--json` prints one object (see `summary`); `--out DIR` writes the full report.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ QUESTIONS = ("How many shapes are there?", "What colour is the circle?", "Which 
 
 @dataclass(frozen=True)
 class BenchConfig:
-    arch: str = "tiny"  # "tiny": the bundled model; "3b" / "7b": Qwen2.5-VL architectures with random weights
+    arch: str = "tiny"  # "tiny": the bundled model; "3b" / "7b": Qwen2.5-VL architectures; real_size.ARCHS
     layers: int | None = None  # fewer decoder layers (and vision blocks) at the real width
     device: str = DEFAULTS.device
     dtype: str = DEFAULTS.dtype
@@ -53,6 +58,7 @@ class BenchConfig:
     repeats: int = 3  # re-encoding runs per N (median)
     interference_s: float = 60.0  # stream seconds of the live run with a question per second
     max_new_tokens: int = 4
+    decode_tokens: int = 16  # tokens of the answers that measure the decode rate (at the longest stream)
     memory_top_k: int = DEFAULTS.memory.top_k
     quick_run: bool = False  # made by quick(): the many-streams phases are shorter too
     streams: tuple[int, ...] = ()  # stream counts for the many-streams measurement alone (bench_streams.py)
@@ -60,24 +66,39 @@ class BenchConfig:
 
     @classmethod
     def quick(cls, **changes) -> BenchConfig:
-        """A few minutes on 2 CPU cores with the bundled model."""
+        """A few minutes on 2 CPU cores with the bundled model; with a real-size small-family architecture (whose
+        every frame is a 512 or 448 px vision pass, seconds on a CPU), 6 s of stream (12 frames at 2 fps), re-encoding 16
+        frames (the engine's 8 s window at 2 fps) and 6 s of the live run."""
+        from streamvid.checkpoints.real_size import ARCHS
+
+        arch = ARCHS.get(changes.get("arch") or "")
+        if arch is not None and not arch.tiny:
+            return cls(**{"minutes": (0.1,), "questions": 2, "repeats": 1, "interference_s": 6.0,
+                          "reencode_frames": (16,), "decode_tokens": 8, "quick_run": True, **changes})
         return cls(**{"minutes": (1.0, 5.0, 30.0), "questions": 3, "repeats": 2, "interference_s": 20.0,
                       "quick_run": True, **changes})
 
     @property
     def px(self) -> int:
-        return self.frame_px or (112 if self.arch == "tiny" else 448)
+        from streamvid.checkpoints.real_size import ARCHS
+
+        if self.frame_px:
+            return self.frame_px
+        return 112 if self.arch == "tiny" else ARCHS[self.arch].frame_px if self.arch in ARCHS else 448
 
 
 def load(cfg: BenchConfig):
     """The adapter the bench runs: the bundled model, or a random-weight architecture."""
     from streamvid.adapters.base import adapter_for
+    from streamvid.checkpoints import real_size
     from streamvid.config import EngineConfig
 
     if cfg.arch == "tiny":
         if cfg.layers is not None:
-            raise ValueError("--layers applies to --arch 3b / 7b (the bundled model runs whole)")
+            raise ValueError("--layers applies to the real-size architectures (the bundled model runs whole)")
         return adapter_for(EngineConfig.from_settings(device=cfg.device, dtype=cfg.dtype))
+    if cfg.arch in real_size.ARCHS:
+        return real_size.random_adapter(cfg.arch, cfg.layers, device=cfg.device, dtype=cfg.dtype)
     from streamvid.checkpoints.random_arch import random_adapter
 
     return random_adapter(cfg.arch, cfg.layers, device=cfg.device, dtype=cfg.dtype)
@@ -109,10 +130,12 @@ def run_bench(cfg: BenchConfig, adapter=None, log=lambda msg: None) -> dict:
 def summary(report: dict) -> dict:
     """The one object `--json` prints:
     {"ingest_frames_per_s", "ttft_ms_p50": {"<minutes>": ms}, "ttft_ratio_long_short", "rss_mb": {"<minutes>": MB},
-     "reencode_ttft_ms": {"16": ms, "32": ms, "64": ms}, "speedup_vs_reencode_64", "frames_dropped_under_questions"}
+     "reencode_ttft_ms": {"16": ms, "32": ms, "64": ms}, "speedup_vs_reencode_64", "frames_dropped_under_questions",
+     "decode_tokens_per_s"}
     TTFT is with retrieval (top-k memory blocks), from the question's arrival; the ratio is the longest stream's
     p50 over the 5-minute one (the shortest when 5 minutes was not measured); the speedup is re-encoding 64 frames
-    over the engine's p50 at the longest stream. With --streams, {"streams": [...]} (bench_streams.py)."""
+    over the engine's p50 at the longest stream (None when 64 was not measured); the decode rate is the engine's (None
+    when every answer ended at its first token). With --streams, {"streams": [...]} (bench_streams.py)."""
     if "streams" in report:
         return {"streams": report["streams"]}
     points = report["stream"]["points"]
@@ -129,6 +152,7 @@ def summary(report: dict) -> dict:
         "speedup_vs_reencode_64": (_round(reencode["64"] / long["ttft_ms_retrieval"]["p50"], 1)
                                    if "64" in reencode else None),
         "frames_dropped_under_questions": report["interference"]["frames_dropped"],
+        "decode_tokens_per_s": report["stream"]["decode"]["tokens_per_s"],
     }
 
 
@@ -179,10 +203,30 @@ def _stream(adapter, cfg: BenchConfig, frames: list[np.ndarray], log) -> dict:
                 f"({point['ttft_cpu_ms_no_retrieval']['p50']} ms CPU); RSS {point['rss_mb']} MB; "
                 f"{point['memory_blocks']} memory blocks, {point['memory_index_rows']} index rows "
                 f"({point['wall_s']} s so far)")
+        decode = _decode_rate(sa, engine.replace(max_new_tokens=cfg.decode_tokens), cfg, index)
+        log(f"  decoding {cfg.decode_tokens}-token answers: {decode['tokens_per_s']} tokens/s "
+            f"({decode['tokens']} tokens in {decode['answers']} answers)")
         rate = sa.ingest.frames_in / sa.ingest.encode_s
         cpu_rate = sa.ingest.frames_in / ingest_cpu_s
-    return {"ingest_frames_per_s": round(rate, 1), "ingest_frames_per_cpu_s": round(cpu_rate, 1),
-            "real_time_factor": {"1fps": round(rate / 1, 2), "2fps": round(rate / 2, 2)}, "points": points}
+    return {"ingest_frames_per_s": round(rate, 1 if rate >= 10 else 2), "ingest_frames_per_cpu_s": round(cpu_rate, 1),
+            "real_time_factor": {"1fps": round(rate / 1, 2), "2fps": round(rate / 2, 2)}, "points": points,
+            "decode": decode}
+
+
+def _decode_rate(sa, config, cfg: BenchConfig, index: int) -> dict:
+    """Answers of up to `decode_tokens` tokens with retrieval on the stream as it is: tokens after the first over
+    the time after the first (the answer's own `tokens_per_s`), pooled over the answers."""
+    from streamvid.types import Question
+
+    worker = sa.reasoner(config.replace(retrieve_for_now=True))
+    tokens, seconds, answers = 0, 0.0, 0
+    for i in range(max(1, cfg.questions)):
+        data = worker.handle(Question(f"d{i}", QUESTIONS[i % len(QUESTIONS)], index / cfg.fps)).data
+        answers += 1
+        if data.get("tokens_per_s"):  # None when the answer ended at its first token
+            tokens += data["tokens"] - 1
+            seconds += (data["tokens"] - 1) / data["tokens_per_s"]
+    return {"tokens_per_s": _round(tokens / seconds, 1) if seconds else None, "tokens": tokens, "answers": answers}
 
 
 def _reencode(adapter, cfg: BenchConfig, frames: list[np.ndarray], log) -> dict:
@@ -307,9 +351,14 @@ def commit() -> str | None:
 
 
 def _model_name(adapter, cfg: BenchConfig) -> str:
+    from streamvid.checkpoints.real_size import ARCHS
+
     if cfg.arch == "tiny":
         return "bundled streamvid-tiny"
     layers = f", {cfg.layers} layers" if cfg.layers else ""
+    if cfg.arch in ARCHS:
+        kind = "" if ARCHS[cfg.arch].tiny else " architecture"
+        return f"{ARCHS[cfg.arch].title}{kind}, random weights{layers}, {cfg.px} px frames"
     return f"Qwen2.5-VL-{cfg.arch.upper()} architecture, random weights{layers}, {cfg.px} px frames"
 
 

@@ -6,11 +6,14 @@ For each N and each way:
   camera would be) for `seconds`, with one question per stream every `ask_every_s` (streams staggered); frames
   the engine did not take in time are dropped by the sources; TTFT counts from each question's arrival;
 - saturated: every stream fed as fast as the engine takes frames (a chunk per stream, then the engine stepped on
-  this thread until idle): the aggregate frames per second.
+  this thread until idle): the aggregate frames per second, the median of `saturated_repeats` runs of each way
+  taken in turns (batched first, then unbatched first, ...), so that a slow start or another process taking the
+  CPU for a while does not fall on one way only.
 
     {"n": 8, "fps_per_stream": 2.0,
-     "batched":   {"frames_dropped": 0, "ttft_ms_p50": ..., "ttft_ms_p95": ..., "saturated_frames_per_s": ...},
-     "unbatched": {...}}
+     "batched":   {"frames_dropped": 0, "ttft_ms_p50": ..., "ttft_ms_p95": ..., "saturated_frames_per_s": ...,
+                   "saturated_runs": [...]},
+     "unbatched": {...}, "saturated_speedup": ...}
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ class StreamsConfig:
     seconds: float = 30.0  # wall seconds of the real-time phase, per count and way
     ask_every_s: float = 5.0
     saturated_chunks: int = 8  # chunks per stream in the saturated phase
+    saturated_repeats: int = 3  # saturated runs of each way, in turns (the median is reported)
     max_new_tokens: int = 4
 
     @classmethod
@@ -41,17 +45,24 @@ class StreamsConfig:
 def run_streams(adapter, engine_config, cfg: StreamsConfig, frames: list[np.ndarray], log=lambda msg: None) -> list:
     """One entry per stream count: the real-time and saturated results, batched and unbatched, side by side."""
     results = []
+    ways = (("batched", None), ("unbatched", 1))
     for n in cfg.counts:
         entry = {"n": n, "fps_per_stream": cfg.fps}
-        for way, batch in (("batched", None), ("unbatched", 1)):
-            config = engine_config.replace(max_new_tokens=cfg.max_new_tokens, max_streams=max(n, 1),
-                                           max_batch=engine_config.scheduler.max_batch if batch is None else batch)
-            live = _real_time(adapter, config, cfg, n, frames)
-            saturated = _saturated(adapter, config, cfg, n, frames)
-            entry[way] = {**live, "saturated_frames_per_s": saturated}
+        configs = {way: engine_config.replace(max_new_tokens=cfg.max_new_tokens, max_streams=max(n, 1),
+                                              max_batch=engine_config.scheduler.max_batch if batch is None else batch)
+                   for way, batch in ways}
+        runs: dict[str, list[float]] = {way: [] for way, _ in ways}
+        for r in range(max(1, cfg.saturated_repeats)):
+            for way, _ in ways[::-1] if r % 2 else ways:
+                runs[way].append(_saturated(adapter, configs[way], cfg, n, frames))
+        for way, _ in ways:
+            live = _real_time(adapter, configs[way], cfg, n, frames)
+            saturated = round(statistics.median(runs[way]), 1)
+            entry[way] = {**live, "saturated_frames_per_s": saturated, "saturated_runs": runs[way]}
             log(f"  {n} streams {way}: {live['frames_dropped']} of {live['frames_in'] + live['frames_dropped']} "
                 f"frames dropped at {cfg.fps:g} fps each, TTFT p50 {live['ttft_ms_p50']} ms, p95 "
-                f"{live['ttft_ms_p95']} ms ({live['answers']} answers); saturated {saturated} frames/s")
+                f"{live['ttft_ms_p95']} ms ({live['answers']} answers); saturated {saturated} frames/s "
+                f"(median of {runs[way]})")
         b, u = entry["batched"]["saturated_frames_per_s"], entry["unbatched"]["saturated_frames_per_s"]
         entry["saturated_speedup"] = round(b / u, 2) if u else None
         results.append(entry)

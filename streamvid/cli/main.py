@@ -7,7 +7,8 @@
     streamvid demo [--model M] [--video V] [--host 127.0.0.1] [--port 7860] [--auth USER:PASS]
     streamvid score EPISODES.jsonl... [--model M] [--out DIR] [--mode native|replay] [--resume] [--from-trace TRACE]
                     [--memory-top-k K] [--no-plots] [--ray [ADDRESS]] [--ray-workers N] [--judge MODEL]
-    streamvid bench [--quick] [--json] [--arch tiny|3b|7b] [--layers N] [--device D] [--dtype D] [--out DIR]
+    streamvid bench [--quick] [--json] [--arch tiny|3b|7b|smolvlm2-256m|smolvlm2-500m|internvl3.5-1b|...] [--layers N]
+                    [--device D] [--dtype D] [--out DIR]
     streamvid convert ovo-bench|streamingbench|rvs|proactivevideoqa|svbench FILE... --videos DIR --out EPISODES.jsonl
     streamvid synth --seed S --minutes N --out DIR
     streamvid train-tiny [--out DIR] [--seed S] [--steps N] [--time-budget-min M] [--init DIR]
@@ -38,6 +39,7 @@ import traceback
 from importlib.metadata import entry_points
 from pathlib import Path
 
+from streamvid.checkpoints.real_size import ARCHS as REAL_SIZE_ARCHS
 from streamvid.cli.engine_flags import (
     add_engine_args, check_model, embedder_checkpoint, engine_config, offline_if_local,
 )
@@ -172,9 +174,12 @@ def build_parser() -> argparse.ArgumentParser:
     bn = sub.add_parser("bench", help="ingest rate, TTFT against stream length, memory, re-encoding baseline")
     bn.add_argument("--quick", action="store_true", help="streams of 1, 5 and 30 minutes (a few minutes on a CPU)")
     bn.add_argument("--json", action="store_true", help="print only the summary object")
-    bn.add_argument("--arch", choices=("tiny", "3b", "7b"), default="tiny",
-                    help="tiny: the bundled model; 3b / 7b: Qwen2.5-VL architectures with random weights")
-    bn.add_argument("--layers", type=int, default=None, help="3b / 7b with N decoder layers (and vision blocks)")
+    bn.add_argument("--arch", choices=("tiny", "3b", "7b", *REAL_SIZE_ARCHS), default="tiny",
+                    help="tiny: the bundled model; 3b / 7b: Qwen2.5-VL architectures with random weights; "
+                         "smolvlm2-256m / smolvlm2-500m / internvl3.5-1b: those real-size architectures with random "
+                         "weights; smolvlm2-tiny / internvl3.5-tiny: make-tiny's checkpoints")
+    bn.add_argument("--layers", type=int, default=None,
+                    help="a real-size architecture with at most N decoder layers (and vision layers)")
     bn.add_argument("--device", default="auto")
     bn.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float16", "float32"))
     bn.add_argument("--frame-px", type=int, default=None, help="frame size (default 112 for tiny, 448 otherwise)")
