@@ -42,7 +42,7 @@ from fastapi.responses import Response
 from streamvid.hub.errors import HubError
 from streamvid.serve.client_secrets import ClientSecrets, authorize
 from streamvid.serve.errors import ServeError, wire_error
-from streamvid.serve.realtime_conversation import RealtimeSession
+from streamvid.serve.realtime_conversation import RealtimeSession, release
 from streamvid.serve.realtime_session import ParamError, SessionConfig
 from streamvid.serve.web import GetBackend, check_key
 from streamvid.serve.webrtc_media import ChannelSocket, SpokenTrack, hear, sample_frames
@@ -181,11 +181,7 @@ class Call:
         for task in self.media:
             with contextlib.suppress(BaseException):
                 await task
-        with contextlib.suppress(Exception):
-            await self.items.aclose()
-        if self.owned:
-            with contextlib.suppress(Exception):
-                await self.backend.close(self.sid)
+        await release(self.backend, self.items, self.sid if self.owned else None)
         self.calls.forget(self)
 
 
@@ -277,12 +273,7 @@ async def _abandon(backend, call: Call | None, items, owned_sid: str | None) -> 
         call.voice.stop()
         with contextlib.suppress(Exception):
             await call.pc.close()
-    if items is not None:
-        with contextlib.suppress(Exception):
-            await items.aclose()
-    if owned_sid is not None:
-        with contextlib.suppress(Exception):
-            await backend.close(owned_sid)
+    await release(backend, items, owned_sid)
 
 
 async def _read_offer(request: Request) -> tuple[str, dict | None]:

@@ -316,6 +316,17 @@ class RealtimeSession(AudioIn):
                 r.finish(item)
 
 
+async def release(backend, items, owned_sid: str | None) -> None:
+    """A session's end (the socket's or a call's): its subscription to the stream's outputs closed, and the stream
+    it opened for itself, if any."""
+    if items is not None:
+        with contextlib.suppress(Exception):
+            await items.aclose()
+    if owned_sid is not None:
+        with contextlib.suppress(Exception):
+            await backend.close(owned_sid)
+
+
 HANDLERS = {
     "session.update": RealtimeSession.session_update,
     "conversation.item.create": RealtimeSession.item_create,

@@ -35,7 +35,6 @@ With `--api-key`, the upgrade needs `Authorization: Bearer` with the key or a cl
 
 from __future__ import annotations
 
-import contextlib
 from importlib.resources import files
 
 from fastapi import FastAPI, WebSocket
@@ -46,7 +45,7 @@ from streamvid.serve import client_secrets, realtime_calls
 from streamvid.serve.client_secrets import ClientSecrets, authorize
 from streamvid.serve.errors import ServeError, wire_error
 from streamvid.serve.realtime_calls import Calls
-from streamvid.serve.realtime_conversation import RealtimeSession
+from streamvid.serve.realtime_conversation import RealtimeSession, release
 from streamvid.serve.realtime_session import ParamError, check_model
 from streamvid.serve.web import GetBackend, error_response
 
@@ -67,7 +66,7 @@ def add_routes(app: FastAPI, get_backend: GetBackend, secrets: ClientSecrets) ->
             await anext(items)  # subscribed (404 for an unknown stream)
             status = await backend.status(sid)
         except (ParamError, ServeError, HubError) as e:
-            await _cleanup(backend, items, sid if owned else None)
+            await release(backend, items, sid if owned else None)
             await _deny(ws, ServeError(e.message, 404, "invalid_request_error", e.code) if isinstance(e, ParamError)
                         else wire_error(e))
             return
@@ -76,16 +75,7 @@ def add_routes(app: FastAPI, get_backend: GetBackend, secrets: ClientSecrets) ->
         try:
             await session.run(granted)
         finally:
-            await _cleanup(backend, items, sid if owned else None)
-
-
-async def _cleanup(backend, items, owned_sid: str | None) -> None:
-    if items is not None:
-        with contextlib.suppress(Exception):
-            await items.aclose()
-    if owned_sid is not None:
-        with contextlib.suppress(Exception):
-            await backend.close(owned_sid)
+            await release(backend, items, sid if owned else None)
 
 
 async def _deny(ws: WebSocket, e: ServeError) -> None:
