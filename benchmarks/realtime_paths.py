@@ -52,6 +52,7 @@ from serve_load import start_server, stop_server
 from streamvid.assets import demo_clip
 from streamvid.config import BUNDLED_MODEL
 from streamvid.media.sources import FileSource
+from streamvid.serve.realtime_input import wav_bytes
 
 RATE = 24000
 QUESTION = "what shape is blue"
@@ -75,14 +76,6 @@ def speech() -> bytes:
 def png(image: np.ndarray) -> bytes:
     buf = io.BytesIO()
     Image.fromarray(image).save(buf, "PNG")
-    return buf.getvalue()
-
-
-def wav(pcm: bytes) -> bytes:
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1), w.setsampwidth(2), w.setframerate(RATE)
-        w.writeframes(pcm)
     return buf.getvalue()
 
 
@@ -242,7 +235,7 @@ async def http_round(url, http, image, pcm) -> float:
         t0 = time.monotonic()
         r = await http.post("/v1/chat/completions", json={"model": MODEL, "stream_id": sid, "messages": [
             {"role": "user", "content": [{"type": "input_audio", "input_audio": {
-                "data": base64.b64encode(wav(pcm)).decode(), "format": "wav"}}]}]})
+                "data": base64.b64encode(wav_bytes(pcm)).decode(), "format": "wav"}}]}]})
         text = r.json()["choices"][0]["message"]["content"]
         async with http.stream("POST", "/v1/audio/speech", json={"model": MODEL, "input": text,
                                                                  "response_format": "wav"}) as s:
