@@ -1,10 +1,11 @@
-"""Helpers shared by the serve tests: a FastAPI app on uvicorn in a thread (or on a local Ray Serve cluster), frames
-pushed over HTTP one by one, and the engine's own answer on the same frames."""
+"""Helpers shared by the serve tests: a FastAPI app on uvicorn in a thread (or on a local Ray Serve cluster), one that
+speaks with a test voice, frames pushed over HTTP one by one, and the engine's own answer on the same frames."""
 
 from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import json
 import os
 import shutil
@@ -100,6 +101,21 @@ def running(app: FastAPI):
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+_voice_names = itertools.count()
+
+
+@contextlib.contextmanager
+def speaking_server(engine: Engine, monkeypatch, voice):
+    """`build_app` on `engine` whose --tts names `voice` (a test voice, under a name of its own so the speech route
+    loads it fresh), on uvicorn; yields its base URL."""
+    from streamvid.serve import ServeOptions, build_app, speech_route
+
+    name = f"test-voice-{next(_voice_names)}"
+    monkeypatch.setattr(speech_route, "load_voice", lambda n: voice if n == name else pytest.fail(n))
+    with running(build_app(engine, ServeOptions(model_id="tiny", max_new_tokens=4, tts=name))) as url:
+        yield url
 
 
 def png(image: np.ndarray) -> bytes:

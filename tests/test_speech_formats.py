@@ -8,19 +8,16 @@ its first sentence can be decoded before the next one is spoken. Tiny random che
 from __future__ import annotations
 
 import io
-import itertools
 import threading
 
 import av
 import httpx
 import numpy as np
 import pytest
+from serve_helpers import speaking_server
 
-from serve_helpers import running
 from streamvid.config import EngineConfig
 from streamvid.engine.engine import Engine
-from streamvid.serve import ServeOptions, build_app
-from streamvid.serve import speech_route
 
 openai = pytest.importorskip("openai")
 
@@ -31,7 +28,6 @@ LEVEL = 0.3
 TEXT = "The star is red."
 TYPES = {"mp3": "audio/mpeg", "opus": "audio/opus", "aac": "audio/aac", "flac": "audio/flac", "wav": "audio/wav",
          "pcm": "audio/pcm"}
-names = itertools.count()
 
 
 def tone(n: int) -> np.ndarray:
@@ -69,9 +65,7 @@ def engine(tiny_model_dir, adapter):
 def voiced(engine, monkeypatch):
     """A server whose --tts is a ToneVoice (a gated one for `voiced.gate`); (url, voice)."""
     voice = ToneVoice()
-    name = f"tone-test-voice-{next(names)}"
-    monkeypatch.setattr(speech_route, "load_voice", lambda n: voice if n == name else pytest.fail(n))
-    with running(build_app(engine, ServeOptions(model_id="tiny", max_new_tokens=4, tts=name))) as url:
+    with speaking_server(engine, monkeypatch, voice) as url:
         yield url, voice
         voice.permits.release(100)
 

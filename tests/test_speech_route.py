@@ -7,7 +7,6 @@ reply ends, fails or its client goes away. Counts and event order only. Tiny ran
 from __future__ import annotations
 
 import io
-import itertools
 import json
 import threading
 import time
@@ -16,9 +15,8 @@ import wave
 import httpx
 import numpy as np
 import pytest
+from serve_helpers import png, running, speaking_server, wait_until
 
-from streamvid.serve import speech_route
-from serve_helpers import png, running, wait_until
 from streamvid.config import EngineConfig
 from streamvid.engine.engine import Engine
 from streamvid.serve import ServeOptions, build_app
@@ -27,7 +25,6 @@ from streamvid.serve.speech_route import HOLD_S, PACE_AFTER, PACE_WINDOW_S, SPEE
 LEVEL = 0.25  # every sample the test voice speaks: PCM16 round(0.25 * 32767) = 8192
 PCM_LEVEL = 8192
 PER_CHAR = 10  # samples per character of the text spoken
-names = itertools.count()
 
 
 class GatedVoice:
@@ -70,9 +67,7 @@ def engine(tiny_model_dir, adapter):
 def voiced(engine, monkeypatch):
     """A server whose --tts names a GatedVoice (a name of its own, so the route loads it fresh); (url, voice)."""
     voice = GatedVoice()
-    name = f"gated-test-voice-{next(names)}"
-    monkeypatch.setattr(speech_route, "load_voice", lambda n: voice if n == name else pytest.fail(n))
-    with running(build_app(engine, ServeOptions(model_id="tiny", max_new_tokens=4, tts=name))) as url:
+    with speaking_server(engine, monkeypatch, voice) as url:
         yield url, voice
         voice.release(100)  # nothing left waiting
 
