@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import base64
 import binascii
-import io
-import wave
 
+from streamvid.audio.encoding import encode
 from streamvid.serve.realtime_events import new_id, user_item
 from streamvid.serve.realtime_session import RATE, ParamError
 
@@ -123,8 +122,5 @@ def data_url_bytes(url: object, param: str) -> tuple[bytes, str]:
 
 
 def wav_bytes(pcm: bytes) -> bytes:
-    buf = io.BytesIO()
-    with wave.open(buf, "wb") as w:
-        w.setnchannels(1), w.setsampwidth(2), w.setframerate(RATE)
-        w.writeframes(pcm)
-    return buf.getvalue()
+    """PCM16 mono at RATE as a WAV file (audio/encoding.py's, as /v1/audio/speech writes them)."""
+    return encode(pcm, "wav")
