@@ -224,8 +224,9 @@ def test_microphone_captions_and_a_spoken_question_in_chromium(served_speaking, 
             wait_until(spoken_answer, what=f"an answer to the spoken question; heard: {session.heard()}")
             answer, heard = spoken_answer(), session.heard()
             asked = next(h for h in heard if h["t_end_s"] == answer["t_s"])  # asked when the speaker stopped
-            assert any("keys" in h["text"].lower() for h in heard) and words(asked["text"])[:2] == ["hey", "assistant"]
-            assert words(answer["question"]) == words(asked["text"])[2:]  # the words after the wake word
+            said = words(asked["text"])  # the recogniser may drop the unstressed "hey" when the VAD opens late
+            assert any("keys" in h["text"].lower() for h in heard) and "assistant" in said[:2]
+            assert words(answer["question"]) == said[said.index("assistant") + 1:]  # the words after the wake word
             page.wait_for_function("(q) => (document.querySelector('#sv-chat')?.innerText || '').includes(q)",
                                    arg=answer["question"])
             chat = page.locator("#sv-chat").inner_text()
