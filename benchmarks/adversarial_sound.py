@@ -18,6 +18,8 @@ The attackers:
 - webhooks: the server POSTs alerts to a dead receiver (a port that accepts and never answers) and a healthy one;
   3 attacker streams with 32 watches each that hold on their clip; reported too: the victim's alerts at the
   healthy receiver (how many, and their delay from the alert's emission to arrival).
+The attackers are client threads in a process of their own (`--attacker-nice` lowers its CPU priority; default 0,
+none), so their Python never holds the victim's interpreter lock: what the victim measures is the server.
 Bounded: every request has a timeout, every phase at most 600 s, the servers are stopped at the end.
 """
 
@@ -27,6 +29,7 @@ import argparse
 import base64
 import io
 import json
+import multiprocessing
 import os
 import shutil
 import struct
@@ -203,6 +206,36 @@ class Attacker:
         return dict(sorted(self.outcomes.items()))
 
 
+def attacker_process(kind: str, url: str, model: str, frames: list[bytes], nice: int, ready, stop, results) -> None:
+    """The attack `kind` in this (child) process until `stop` is set; its outcomes put on `results`."""
+    if nice:
+        os.nice(nice)
+    a = Attacker()
+    attack(kind, url, model, frames, a)
+    ready.set()
+    stop.wait(MAX_SECONDS + 300)
+    results.put(a.finish())
+
+
+class AttackerProcess:
+    """An attack run in a process of its own (spawned): started, ready once its setup is done, then finished."""
+
+    def __init__(self, kind: str, url: str, model: str, frames: list[bytes], nice: int):
+        ctx = multiprocessing.get_context("spawn")
+        self.ready, self.stop, self.results = ctx.Event(), ctx.Event(), ctx.Queue()
+        self.proc = ctx.Process(target=attacker_process, daemon=True,
+                                args=(kind, url, model, frames, nice, self.ready, self.stop, self.results))
+        self.proc.start()
+        if not self.ready.wait(300):
+            raise RuntimeError(f"the {kind} attacker did not start within 300 s")
+
+    def finish(self) -> dict:
+        self.stop.set()
+        outcomes = self.results.get(timeout=300)
+        self.proc.join(timeout=60)
+        return outcomes
+
+
 def push_stream(url: str) -> str:
     return httpx.post(f"{url}/v1/streams", json={"source": "push", "fps": 2.0}, timeout=60).json()["id"]
 
@@ -316,11 +349,9 @@ class Receiver:
 
 
 def phase(url: str, pid: int, model: str, frames: list[bytes], seconds: float, kind: str | None,
-          receiver: Receiver | None) -> dict:
+          receiver: Receiver | None, nice: int = 0) -> dict:
     sampler = Sampler(pid)
-    attacker = Attacker()
-    if kind is not None:
-        attack(kind, url, model, frames, attacker)
+    attacker = AttackerProcess(kind, url, model, frames, nice) if kind is not None else None
     victim = Victim(url, model, frames, seconds)
     t_watch = time.time()
     if receiver is not None:  # the victim watches too: its alerts at the healthy receiver are timed
@@ -332,7 +363,7 @@ def phase(url: str, pid: int, model: str, frames: list[bytes], seconds: float, k
             time.sleep(0.05)
         httpx.post(f"{url}/v1/streams/{victim.sid}/watches", json={"condition": WATCH}, timeout=60)
     runner.join(timeout=seconds + 300)
-    outcomes = attacker.finish()
+    outcomes = attacker.finish() if attacker is not None else {}
     out = {"ttft_ms_p50": pct(victim.ttft_ms, 0.5), "ttft_ms_p95": pct(victim.ttft_ms, 0.95),
            "answers": len(victim.ttft_ms), "push_ms_p50": pct(victim.push_ms, 0.5),
            "push_ms_p95": pct(victim.push_ms, 0.95), "status_ms_p50": pct(victim.status_ms, 0.5),
@@ -355,6 +386,8 @@ def main() -> None:
     p.add_argument("--attacks", default=",".join(ATTACKS))
     p.add_argument("--seconds", type=float, default=20.0, help="stream seconds per phase")
     p.add_argument("--model", default=str(BUNDLED_MODEL))
+    p.add_argument("--attacker-nice", type=int, default=0, metavar="N",
+                   help="the attacking clients' process runs at this niceness (0: as the victim)")
     args = p.parse_args()
     kinds = [k.strip() for k in args.attacks.split(",") if k.strip()]
     if not kinds or set(kinds) - set(ATTACKS):
@@ -376,7 +409,7 @@ def main() -> None:
         try:
             model = httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"]
             without = phase(url, proc.pid, model, frames, args.seconds, None, receiver)
-            with_ = phase(url, proc.pid, model, frames, args.seconds, kind, receiver)
+            with_ = phase(url, proc.pid, model, frames, args.seconds, kind, receiver, args.attacker_nice)
         finally:
             stop_server(proc)
             log.close()
@@ -386,7 +419,7 @@ def main() -> None:
         keys = ("ttft_ms_p95", "push_ms_p95", "status_ms_p95")
         results[kind] = {"without": without, "with": with_,
                          "with_over_without": {k: ratio(without[k], with_[k]) for k in keys}}
-    print(json.dumps({"seconds": args.seconds, "model": os.path.basename(args.model.rstrip("/")),
+    print(json.dumps({"seconds": args.seconds, "attacker_nice": args.attacker_nice, "model": os.path.basename(args.model.rstrip("/")),
                       "cpus": os.cpu_count(), "attacks": results}, indent=2))
 
 

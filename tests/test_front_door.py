@@ -105,6 +105,27 @@ def test_json_bodies_are_capped_before_reading_and_must_arrive_in_time(keyed):
     httpx.delete(f"{keyed}/v1/streams/{r.json()['id']}", headers={"Authorization": f"Bearer {KEY}"})
 
 
+def test_an_address_resending_oversized_bodies_at_once_has_its_refusals_held(engine):
+    """Past PACE_AFTER body refusals within a second, the next is held HOLD_S before they are sent (a lower
+    bound: a loaded machine only adds time); a body within the cap from the same address then goes through."""
+    import time
+
+    from streamvid.serve.refusal_pace import HOLD_S, PACE_AFTER
+
+    options = ServeOptions(model_id="tiny", max_new_tokens=4, max_json_mb=0.01)
+    with running(build_app(engine, options)) as url, httpx.Client(timeout=60.0) as c:
+        big = {"source": "push", "pad": "x" * 20_000}
+        took = []
+        for _ in range(2 * (PACE_AFTER + 1)):  # at most PACE_AFTER + 1 a second: two seconds at least
+            t0 = time.monotonic()
+            assert c.post(f"{url}/v1/streams", json=big).status_code == 413
+            took.append(time.monotonic() - t0)
+        assert sum(took) >= 2 * HOLD_S * 0.99, took  # two held refusals at least: the pace counted them
+        r = c.post(f"{url}/v1/streams", json={"source": "push"})
+        assert r.status_code == 201
+        c.delete(f"{url}/v1/streams/{r.json()['id']}")
+
+
 def test_wrong_keys_from_one_address_are_throttled_with_retry_after():
     now = [0.0]
     throttle = Throttle(limit=3, window_s=60.0, clock=lambda: now[0])

@@ -18,7 +18,7 @@ import pytest
 
 from conftest import wait_until
 from streamvid.audio.pcm import RATE, AudioChunk
-from streamvid.audio.recognition import QUESTION_MAX_S, FairRecognition, fair, question
+from streamvid.audio.recognition import QUESTION_MAX_S, SHARE, FairRecognition, fair, question, rest_s
 
 
 class _Gate:
@@ -53,6 +53,33 @@ def test_streams_waiting_for_the_recogniser_take_turns():
     assert turns.waiting == {}
     assert wait_until(lambda: not _threads("streamvid-recognise"))  # idle, its thread ends (a later submit starts one)
     assert turns.transcribe(said(40), key="c") == "heard 40"
+
+
+def test_with_a_backlog_the_recogniser_rests_as_long_as_it_worked():
+    """At SHARE 0.5 a decoding of d seconds is followed by d seconds of rest before the next utterance waiting.
+    (Lower bounds only: a loaded machine only adds time.)"""
+    import time
+
+    assert SHARE == 0.5 and rest_s(0.4) == pytest.approx(0.4) and rest_s(1.0, share=0.25) == pytest.approx(3.0)
+
+    class Timed:
+        name = "timed"
+
+        def __init__(self):
+            self.spans: list[tuple[float, float]] = []
+
+        def transcribe(self, samples, hint=None):
+            start = time.monotonic()
+            time.sleep(float(samples[0]))
+            self.spans.append((start, time.monotonic()))
+            return "ok"
+
+    timed = Timed()
+    turns = FairRecognition(timed)
+    backlog = [turns.submit(np.full(4, 0.3, np.float32), key=k) for k in ("a", "b", "a")]
+    assert [f.result(timeout=60) for f in backlog] == ["ok"] * 3
+    for (s0, e0), (s1, _) in zip(timed.spans, timed.spans[1:]):
+        assert s1 - e0 >= rest_s(e0 - s0) - 1e-3  # the rest after each decoding, as long as the decoding took
 
 
 def test_a_recognisers_failure_reaches_its_caller_and_the_next_turn_goes_on():

@@ -20,7 +20,10 @@ from serve_helpers import png, running, speaking_server, wait_until
 from streamvid.config import EngineConfig
 from streamvid.engine.engine import Engine
 from streamvid.serve import ServeOptions, build_app
-from streamvid.serve.speech_route import HOLD_S, PACE_AFTER, PACE_WINDOW_S, SPEECH_SLOTS, RefusalPace, pieces
+from streamvid.audio.encoding import Encoder
+from streamvid.serve import speech_route
+from streamvid.serve.refusal_pace import HOLD_S, PACE_AFTER, PACE_WINDOW_S, RefusalPace
+from streamvid.serve.speech_route import SPEECH_SLOTS, Speaker, pieces
 
 LEVEL = 0.25  # every sample the test voice speaks: PCM16 round(0.25 * 32767) = 8192
 PCM_LEVEL = 8192
@@ -220,3 +223,32 @@ def test_a_client_that_ignores_retry_after_waits_it_out_on_the_server(voiced):
     voice.release(SPEECH_SLOTS)
     for t in holders:
         t.join(timeout=60)
+
+
+def test_a_long_reply_is_spoken_ahead_of_real_time_only_so_far(monkeypatch):
+    """Five pieces of 10 s of sound each: the first 20 s (LEAD_S) at once, then at most 4x (PACE) real time: the
+    fourth piece waits until 2.5 s have passed ((30 - 20) / 4), the fifth until 5 s ((40 - 20) / 4)."""
+    import asyncio
+
+    assert (speech_route.LEAD_S, speech_route.PACE) == (20.0, 4.0)
+
+    class TenSeconds:
+        def synthesize(self, text, variant=None):
+            return np.full(10 * 24000, LEVEL, np.float32), 24000
+
+    monkeypatch.setattr(speech_route, "load_voice", lambda n: TenSeconds())
+    now, waits = [0.0], []
+
+    async def sleep(s):
+        waits.append(s)
+        now[0] += s
+
+    speaker = Speaker(clock=lambda: now[0], sleep=sleep)
+
+    async def reply():
+        return b"".join([b async for b in speaker.stream(["One.", "Two.", "Three.", "Four.", "Five."],
+                                                         "test-paced-voice", Encoder("pcm"))])
+
+    data = asyncio.run(reply())
+    assert waits == [2.5, 2.5] and now[0] == 5.0
+    assert data == np.full(5 * 10 * 24000, PCM_LEVEL, "<i2").tobytes()  # every piece, in full

@@ -13,6 +13,11 @@ utterance by at most one utterance of each other stream waiting (besides the one
 
 Round-robin: the streams with utterances waiting take turns in the order they started waiting; a stream served
 goes to the back of the line while it has more. Within a stream, utterances keep their order.
+
+With a backlog the recogniser takes at most SHARE of one core: after an utterance that took d seconds to decode the
+next one starts no sooner than d * (1 / SHARE - 1) later (`rest_s`), so clients that keep it busy (a flood of long
+spoken questions, many streams heard at once) leave the cores to the engine and the requests of everyone else. An
+utterance after a pause is decoded at once: a turn's latency is the decoding alone.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import asyncio
 import os
 import queue
 import threading
+import time
 import weakref
 from collections import OrderedDict, deque
 from collections.abc import Callable
@@ -33,6 +39,7 @@ from streamvid.audio.pcm import RATE
 
 QUESTION_MAX_S = 30.0  # the longest spoken question heard (as voice assistants bound a turn)
 SOUND_THREADS = 8  # the sound pool's threads (requests that push sound or wait for a spoken question's words)
+SHARE = 0.5  # of one core, the most the recogniser takes while it has a backlog
 IDLE_S = 2.0  # a recogniser's thread, or a sound pool thread, ends after this long with nothing to do
 
 
@@ -87,14 +94,25 @@ class FairRecognition:
 
     def _serve(self) -> None:
         below_the_engine()
+        rest_until = 0.0
         while (job := self._next()) is not None:
             future, run = job
+            if (wait := rest_until - time.monotonic()) > 0:
+                time.sleep(wait)
             if not future.set_running_or_notify_cancel():
                 continue
+            start = time.monotonic()
             try:
                 future.set_result(run())
             except BaseException as e:  # noqa: BLE001 - the caller gets it (a Listener stops that stream's sound)
                 future.set_exception(e)
+            end = time.monotonic()
+            rest_until = end + rest_s(end - start)
+
+
+def rest_s(busy_s: float, share: float = SHARE) -> float:
+    """How long the recogniser rests after `busy_s` seconds of decoding so that it takes at most `share` of a core."""
+    return busy_s * (1.0 / share - 1.0)
 
 
 class _Turns:

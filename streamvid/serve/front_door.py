@@ -16,7 +16,10 @@ In order, for HTTP requests and WebSocket upgrades alike:
    guessed is its length (at least 16 characters off loopback: server.check_bind);
 4. bodies: every `/v1` body but the image of a frame and the sound of `/audio` (their routes read them, up to
    `max_body_mb`) is read here, at most `--max-json-mb` (413 past it, from its
-   Content-Length before reading when it says), each read within `request_timeout_s` (408), then handed on.
+   Content-Length before reading when it says), each read within `request_timeout_s` (408), then handed on; an
+   address refused a body more than PACE_AFTER times a second has its next body refusals held a second before
+   they are sent (refusal_pace), so a client that resends an oversized body at once costs a held connection,
+   not a request loop.
 Refusals are the API's one-line JSON errors (`{"error": {"message", "type", "code"}}`); a refused upgrade is closed
 before it is accepted (HTTP 403).
 """
@@ -34,6 +37,7 @@ from urllib.parse import urlsplit
 
 from streamvid.media.net_policy import is_loopback
 from streamvid.serve.errors import ServeError
+from streamvid.serve.refusal_pace import RefusalPace
 from streamvid.serve.web import check_key, dumps
 
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
@@ -97,6 +101,7 @@ class Door:
     unlimited_bodies: tuple[str, ...] = ("/frames", "/audio")  # /v1 paths ending so read their own (image, sound)
     # bodies, up to ServeOptions.max_body_mb (32 MB)
     throttle: Throttle = field(default_factory=Throttle, compare=False)
+    pace: RefusalPace = field(default_factory=RefusalPace, compare=False)  # body refusals, per address
 
     @classmethod
     def of(cls, options) -> Door:
@@ -186,6 +191,8 @@ class FrontDoor:
             try:
                 body = await read_body(receive, headers, door)
             except ServeError as e:
+                if hold := door.pace.hold_s(address):
+                    await asyncio.sleep(hold)
                 return await refuse(scope, send, e)
             receive = replay(body, receive)
         return await self.app(scope, receive, send)

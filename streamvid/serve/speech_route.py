@@ -13,11 +13,14 @@ a one-line 400 naming it. `--tts off` answers 409.
 Synthesis has a pool of its own (SPEECH_SLOTS threads, "streamvid-speech"), never the event loop's default
 executor that the other routes' work runs on, and at most SPEECH_SLOTS replies are spoken at once per process: one
 more is answered 429 at once (with Retry-After: 1), not queued; an address that keeps retrying at once (more than
-PACE_AFTER refusals a second) has its next refusals held for that second before they are sent (RefusalPace). The input is at most MAX_INPUT characters, spoken piece
+refusal_pace.PACE_AFTER refusals a second) has its next refusals held for that second before they are sent. The input is at most MAX_INPUT characters, spoken piece
 by piece (sentences, each at most MAX_PIECE characters): a reply of one piece is sent whole (a WAV with its exact
 length); a longer one is streamed, each piece encoded and sent as soon as it is spoken (a WAV's header leaves the
 length open, 0xFFFFFFFF, read to the end, as OpenAI's streamed WAVs do). A piece that fails to speak ends the
-stream there (logged; an encoded reply is closed properly first).
+stream there (logged; an encoded reply is closed properly first). A streamed reply is spoken ahead of its playback
+only so far: its first LEAD_S seconds of sound at once, then at most PACE times real time (`ahead_wait_s`), so
+the slots of a server flooded with long replies cost it a few percent of a core, not whole cores: a 4,095-character
+reply (about 4 minutes of speech) arrives in about a minute, always well ahead of a player.
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ import logging
 import re
 import threading
 import time
-from collections import OrderedDict, deque
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
@@ -42,6 +44,7 @@ from streamvid.audio.voices import VoiceUnavailable, load_voice, to_pcm16
 from streamvid.hub.errors import Conflict, Refused
 from streamvid.once import once
 from streamvid.serve.errors import ServeError
+from streamvid.serve.refusal_pace import RefusalPace
 from streamvid.serve.web import GetBackend, StrictJSONResponse
 
 log = logging.getLogger(__name__)
@@ -49,8 +52,7 @@ log = logging.getLogger(__name__)
 MAX_INPUT = 4096  # characters, as OpenAI's
 MAX_PIECE = 400  # characters spoken in one synthesis call (a longer sentence is cut at a space)
 SPEECH_SLOTS = 2  # replies spoken at once per process, and the threads of the synthesis pool
-PACE_AFTER, PACE_WINDOW_S = 4, 1.0  # refusals an address gets at once within the window; the next ones are held
-HOLD_S = 1.0  # how long (the Retry-After the refusal carries)
+LEAD_S, PACE = 20.0, 4.0  # a streamed reply: its first LEAD_S s of sound at once, then at most PACE x real time
 OPEN_LENGTH = 0xFFFFFFFF  # a streamed WAV's RIFF and data sizes: not known in advance, read to the end
 MODELS = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")  # OpenAI's speech models: the server's voice speaks for each
 
@@ -105,42 +107,24 @@ def wav_header(data_bytes: int | None) -> bytes:
     return encoded_wav_header(data_bytes, OUT_RATE)
 
 
-def speak_encoded(text: str, tts: str, encoder: Encoder) -> bytes:
-    """`text` spoken and fed to `encoder`: the bytes it has ready."""
-    return encoder.feed(speak(text, tts))
+def speak_encoded(text: str, tts: str, encoder: Encoder) -> tuple[bytes, float]:
+    """`text` spoken and fed to `encoder`: the bytes it has ready, and the seconds of sound spoken."""
+    pcm = speak(text, tts)
+    return encoder.feed(pcm), len(pcm) / (2 * OUT_RATE)
 
 
-class RefusalPace:
-    """Who keeps retrying a refusal at once: an address refused more than PACE_AFTER times within PACE_WINDOW_S has
-    its next refusals held HOLD_S before they are sent (the Retry-After it was told), so a client that ignores
-    Retry-After costs a held connection, not a request loop spinning on the server's cores. Only refusals are
-    counted and held: a request that gets a slot is never slowed, whatever its address. Bounded (`max_addresses`
-    most recently refused); thread-safe; `clock` in seconds (for tests)."""
-
-    def __init__(self, clock=time.monotonic, max_addresses: int = 10_000):
-        self.clock, self.max_addresses = clock, max_addresses
-        self._refused: OrderedDict[str, deque[float]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def hold_s(self, address: str) -> float:
-        """Record one refusal of `address`; how long to hold it before it is sent."""
-        now = self.clock()
-        with self._lock:
-            times = self._refused.pop(address, None) or deque(maxlen=PACE_AFTER + 1)
-            while times and times[0] <= now - PACE_WINDOW_S:
-                times.popleft()
-            times.append(now)
-            self._refused[address] = times
-            while len(self._refused) > self.max_addresses:
-                self._refused.popitem(last=False)
-            return HOLD_S if len(times) > PACE_AFTER else 0.0
+def ahead_wait_s(spoken_s: float, elapsed_s: float, lead_s: float = LEAD_S, pace: float = PACE) -> float:
+    """How long a streamed reply that has spoken `spoken_s` seconds of sound in `elapsed_s` seconds waits before
+    its next piece: until the sound is at most `lead_s` ahead of `pace` times the time elapsed (0: at once)."""
+    return max(0.0, (spoken_s - lead_s) / pace - elapsed_s)
 
 
 class Speaker:
     """The synthesis pool and its slots (SPEECH_SLOTS at once by default)."""
 
-    def __init__(self, slots: int = SPEECH_SLOTS):
+    def __init__(self, slots: int = SPEECH_SLOTS, clock=time.monotonic, sleep=asyncio.sleep):
         self.slots = slots
+        self.clock, self.sleep = clock, sleep
         self.pool = IdlePool(slots, "streamvid-speech")
         self._free = threading.BoundedSemaphore(slots)
         self.pace = RefusalPace()
@@ -163,13 +147,17 @@ class Speaker:
 
     async def stream(self, parts: list[str], tts: str, encoder: Encoder):
         """The head the format has before any sample (a WAV's header), then each piece, spoken and encoded, as soon
-        as it is ready; then the encoding's end."""
+        as it is ready (and no further ahead of real time than `ahead_wait_s` lets it); then the encoding's end."""
         head = encoder.feed(b"")
         if head:
             yield head
+        start, spoken_s = self.clock(), 0.0
         for i, part in enumerate(parts):
+            if (wait := ahead_wait_s(spoken_s, self.clock() - start)) > 0:
+                await self.sleep(wait)
             try:
-                data = await self.run(speak_encoded, part, tts, encoder)
+                data, seconds = await self.run(speak_encoded, part, tts, encoder)
+                spoken_s += seconds
             except Exception as e:  # noqa: BLE001 - the answer has begun: it ends here, and the log says why
                 log.warning("speech: piece %d of %d failed, the reply ends there: %s", i + 1, len(parts), e)
                 break
