@@ -80,6 +80,8 @@ def test_with_a_backlog_the_recogniser_rests_as_long_as_it_worked():
     assert [f.result(timeout=60) for f in backlog] == ["ok"] * 3
     for (s0, e0), (s1, _) in zip(timed.spans, timed.spans[1:]):
         assert s1 - e0 >= rest_s(e0 - s0) - 1e-3  # the rest after each decoding, as long as the decoding took
+    timed.device = "cuda"  # a recogniser on a GPU takes no rest: the cores are not what it uses
+    assert FairRecognition(timed).share == 1.0 and rest_s(0.3, 1.0) == 0.0
 
 
 def test_a_recognisers_failure_reaches_its_caller_and_the_next_turn_goes_on():

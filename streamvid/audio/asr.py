@@ -36,6 +36,7 @@ TINY_EN_MODEL_SHA256 = "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e455
 
 class Recognizer(Protocol):
     name: str
+    device: str  # "cpu" or a GPU's ("cuda", "cuda:1"); one without it is taken as a CPU's
 
     def transcribe(self, samples: np.ndarray, hint: str | None = None) -> str:
         """The words of one utterance (float32 mono at pcm.RATE); "" when it heard none. `hint`: words the speaker
@@ -59,7 +60,7 @@ class WhisperCT2:
     def __init__(self, model_dir: str | Path, name: str, device: str = "cpu", threads: int = 1):
         from faster_whisper import WhisperModel
 
-        self.name = name
+        self.name, self.device = name, device
         compute = "int8" if device == "cpu" else "float16"
         self._model = WhisperModel(str(model_dir), device="cuda" if device.startswith("cuda") else "cpu",
                                    compute_type=compute, cpu_threads=threads)
@@ -95,7 +96,7 @@ class PocketSphinx:
     def __init__(self):
         from pocketsphinx import Decoder
 
-        self.name = "pocketsphinx"
+        self.name, self.device = "pocketsphinx", "cpu"
         self._decoder = Decoder(samprate=RATE, loglevel="FATAL")
         self.lock = threading.Lock()
 
@@ -113,7 +114,7 @@ class HFPipeline:
     def __init__(self, model: str, device: str = "cpu"):
         from transformers import pipeline
 
-        self.name = model
+        self.name, self.device = model, str(device)
         self._pipe = pipeline("automatic-speech-recognition", model=model, device=device, trust_remote_code=False)
         self.lock = threading.Lock()
 

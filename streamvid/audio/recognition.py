@@ -14,10 +14,11 @@ utterance by at most one utterance of each other stream waiting (besides the one
 Round-robin: the streams with utterances waiting take turns in the order they started waiting; a stream served
 goes to the back of the line while it has more. Within a stream, utterances keep their order.
 
-With a backlog the recogniser takes at most SHARE of one core: after an utterance that took d seconds to decode the
+With a backlog a recogniser on the CPU takes at most SHARE of one core: after an utterance that took d seconds to decode the
 next one starts no sooner than d * (1 / SHARE - 1) later (`rest_s`), so clients that keep it busy (a flood of long
 spoken questions, many streams heard at once) leave the cores to the engine and the requests of everyone else. An
-utterance after a pause is decoded at once: a turn's latency is the decoding alone.
+utterance after a pause is decoded at once: a turn's latency is the decoding alone. (A recogniser on a GPU does not
+rest.)
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class FairRecognition:
     def __init__(self, recognizer: Recognizer):
         self.recognizer = recognizer
         self.name = getattr(recognizer, "name", type(recognizer).__name__)
+        self.share = SHARE if str(getattr(recognizer, "device", "cpu")) == "cpu" else 1.0
         self._cv = threading.Condition()
         self._waiting: OrderedDict[str, deque[tuple[Future, Callable[[], str]]]] = OrderedDict()
         self._thread: threading.Thread | None = None
@@ -107,7 +109,7 @@ class FairRecognition:
             except BaseException as e:  # noqa: BLE001 - the caller gets it (a Listener stops that stream's sound)
                 future.set_exception(e)
             end = time.monotonic()
-            rest_until = end + rest_s(end - start)
+            rest_until = end + rest_s(end - start, self.share)
 
 
 def rest_s(busy_s: float, share: float = SHARE) -> float:
