@@ -75,6 +75,7 @@ REGISTRY: dict[str, tuple[str, str, str]] = {
     "qwen2_5_vl": ("Qwen2_5_VLForConditionalGeneration", "streamvid.adapters.qwen2_5_vl", "QwenVLAdapter"),
     "qwen2_vl": ("Qwen2VLForConditionalGeneration", "streamvid.adapters.qwen2_5_vl", "QwenVLAdapter"),
     "qwen3_vl": ("Qwen3VLForConditionalGeneration", "streamvid.adapters.qwen3_vl", "Qwen3VLAdapter"),
+    "qwen3_5": ("Qwen3_5ForConditionalGeneration", "streamvid.adapters.qwen3_5", "Qwen3_5Adapter"),
     "llava_onevision": ("LlavaOnevisionForConditionalGeneration", "streamvid.adapters.llava_onevision",
                         "LlavaOnevisionAdapter"),
     "llava_next_video": ("LlavaNextVideoForConditionalGeneration", "streamvid.adapters.llava_next_video",
