@@ -244,8 +244,14 @@ def test_rows_of_several_streams_equal_each_row_alone(adapter):
             assert torch.allclose(enc.values[0], alone.values[0], atol=TOL)
             for a, b in zip((*enc.state.conv, *enc.state.recurrent), (*alone.state.conv, *alone.state.recurrent)):
                 assert torch.allclose(a, b, atol=TOL)
-    probes = adapter.probe_rows([(p, "Is there a red circle?") for p in pasts])
-    assert np.allclose(probes, [adapter.probe(p, "Is there a red circle?") for p in pasts], atol=1e-6)
+    rows = [(p, q) for p in pasts for q in ("Is there a red circle?", "Is there a blue star now? Answer yes or no.")]
+    calls, hook = _forwards(adapter)
+    try:
+        probes = adapter.probe_rows(rows)
+    finally:
+        hook.remove()
+    assert len(calls) == 2  # one forward per prompt length, the two streams' rows together
+    assert np.allclose(probes, [adapter.probe(p, q) for p, q in rows], atol=1e-6)
     prompt = adapter.prompt("What do you see?")
     decodings = [adapter.start_decoding(p, prompt, 6) for p in pasts]
     while not all(d.done for d in decodings):
@@ -304,3 +310,24 @@ def test_offline_generate_is_hf_generate_on_the_chat_templates_conversation(adap
         expected = adapter.model.generate(**inputs, max_new_tokens=5, do_sample=False)[0, inputs["input_ids"].shape[1]:]
     assert adapter.offline_generate(frames, question, 5, fps=2.0) == expected.tolist()
     assert len(expected) >= 1
+
+
+def test_kv_shape_counts_the_attention_layers_only():
+    """Budgets in MB and memory sizes come from the K/V per token: Qwen3.5-0.8B's published layout (24 layers, every
+    fourth full attention, 2 KV heads of 256) holds 6 layers of K/V: 6 * 2 (K, V) * 2 * 256 * 2 bytes a token."""
+    from streamvid.kv.budget import KVShape
+
+    kinds = ["full_attention" if i % 4 == 3 else "linear_attention" for i in range(24)]
+    text = {"num_hidden_layers": 24, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 256,
+            "hidden_size": 1024, "layer_types": kinds}
+    shape = KVShape.from_config({"model_type": "qwen3_5", "text_config": text}, "bfloat16")
+    assert (shape.layers, shape.bytes_per_token) == (6, 12288)
+    plain = KVShape.from_config({"text_config": {**text, "layer_types": ["full_attention"] * 24}}, "bfloat16")
+    assert plain.bytes_per_token == 4 * 12288
+
+
+def test_an_index_layer_on_a_linear_layer_is_refused_in_one_line(model_dir):
+    with pytest.raises(ValueError) as e:
+        load_adapter(str(model_dir), index_layer=0)
+    msg = str(e.value)
+    assert "\n" not in msg and "index_layer 0" in msg and "linear-attention layer" in msg and "(3)" in msg

@@ -127,7 +127,7 @@ def load_adapter(model: str, device: str = "cpu", dtype: str = "auto", index_lay
     ("auto", "sdpa", "flash_attention_2", "eager"). `index_layer` None: the default for the checkpoint
     (`retrieval.default_index_layer`)."""
     config = read_config(model)
-    check_layers(config, model, list(REGISTRY))  # layers the engine cannot hold (hybrid, sliding-window, shared K/V): refused first
+    check_layers(config, model, list(REGISTRY))  # layers the engine cannot hold (sliding-window, shared K/V, ...): refused first
     cls = adapter_class(config)  # then an unsupported architecture
     if index_layer is None:
         from streamvid.adapters.retrieval import default_index_layer

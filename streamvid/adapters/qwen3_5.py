@@ -17,8 +17,9 @@ Rows of several streams: the batched forwards left-pad rows with fewer new token
 padding the way masked attention does (its convolution shifts the padding in and each padded step decays the
 state), so a padded row's state would not be the row's own. So chunk encodes are batched only among rows with as
 many new tokens (`encode_chunks`: same frame size and timestamp length, the common case of streams at one frame
-size; their contexts may differ in length, masked in the attention layers, not seen by the linear ones), and
-probes and answers go one row at a time (`probe_rows`, `decode`: their prompts differ in length).
+size; their contexts may differ in length, masked in the attention layers, not seen by the linear ones), probes
+among rows whose prompts have as many tokens (`probe_rows`: one trigger on several streams), and answers one row at
+a time (`decode`: their prompts differ in length).
 """
 
 from __future__ import annotations
@@ -70,7 +71,15 @@ class Qwen3_5Adapter(Qwen3VLAdapter):
         return batching.encode_chunks(self, jobs, same_width=True)
 
     def probe_rows(self, rows: Sequence[tuple[Context, str]]) -> list[float]:
-        return [batching.probe_rows(self, [row])[0] for row in rows]
+        """Probes whose prompts have as many tokens (the same trigger on several streams) in one forward each."""
+        groups: dict[int, list[int]] = {}
+        for i, (_, question) in enumerate(rows):
+            groups.setdefault(int(self.token_ids(self.prompt(question)).shape[1]), []).append(i)
+        out = [0.0] * len(rows)
+        for members in groups.values():
+            for i, p in zip(members, batching.probe_rows(self, [rows[i] for i in members]), strict=True):
+                out[i] = p
+        return out
 
     def decode(self, decodings: Sequence[batching.Decoding]) -> None:
         for d in decodings:
