@@ -169,8 +169,7 @@ def _remove_others(directory: Path, keep: str | None) -> None:
 
 
 def _write_window(sinks: Block, blocks: tuple[Block, ...], path: Path, state: RecurrentState | None = None) -> None:
-    """The sinks and window blocks (their K/V, vectors and memory encodings), and a hybrid model's recurrent state
-    after the newest block (`state.conv{layer}`, `state.rec{layer}`: RecurrentState.tensors)."""
+    """The sinks and window blocks; a hybrid model's recurrent state after the newest (RecurrentState.tensors)."""
     tensors, entries = ({} if state is None else state.tensors()), []
     for j, b in enumerate((sinks, *blocks)):
         for i, (k, v) in enumerate(zip(b.keys, b.values, strict=True)):
@@ -278,8 +277,6 @@ def load(directory: str | Path, model: str | None = None, meta: dict | None = No
 
 
 def _read_window(path: Path) -> list[Block]:
-    """The sinks, then the window blocks; the newest (or the sinks) carries a saved recurrent state (`Block.state`,
-    which the window takes over when the block is appended)."""
     with safe_open(str(path), framework="pt") as f:
         entries = json.loads(f.metadata()["blocks"])
         names = set(f.keys())
@@ -296,9 +293,9 @@ def _read_window(path: Path) -> list[Block]:
             blocks.append(Block(id=e["id"], t_start_s=e["t_start_s"], t_end_s=e["t_end_s"], keys=keys,
                                 values=values, pos_start=e["pos_start"], pos_span=e["pos_span"], vector=vector,
                                 memory_kv=alone, speech=e.get("speech")))
-        state = RecurrentState.of_tensors({n: f.get_tensor(n) for n in names if n.startswith("state.")})
-    if state is not None:
-        blocks[-1] = blocks[-1].replace(state=state)
+        # the newest block carries a saved recurrent state (Block.state: the window takes it over on append)
+        blocks[-1] = blocks[-1].replace(state=RecurrentState.of_tensors({n: f.get_tensor(n) for n in names
+                                                                         if n.startswith("state.")}))
     return blocks
 
 
