@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -193,6 +193,7 @@ class Encoded:
     vector: np.ndarray | None  # (index_dim,) float32, L2-normalised; None for text segments
     scene: np.ndarray | None = None  # (n_video_tokens, hidden) float16: the vision tokens the decoder received
     regions: np.ndarray | None = None  # (n_regions, index_dim) float32, L2-normalised rows: `vector`, per region
+    state: Any = None  # a hybrid model's kv/recurrent_state.RecurrentState after the segment; None: no such layers
 
     @property
     def n_tokens(self) -> int:
@@ -205,10 +206,11 @@ class Context:
     are views into buffers the caller owns (window_buffer.py) with that many free tokens after them in each
     head's row, which a forward may fill in place instead of copying the context."""
 
-    keys: tuple[torch.Tensor, ...]  # per layer (1, kv_heads, n_tokens, head_dim)
+    keys: tuple[torch.Tensor, ...]  # per layer with K/V (a hybrid model's attention layers) (1, kv_heads, n, head_dim)
     values: tuple[torch.Tensor, ...]
     next_pos: int
     room: int = 0
+    state: Any = None  # a hybrid model's RecurrentState after the context (kv/recurrent_state.py), copied by a forward
 
     @property
     def n_tokens(self) -> int:

@@ -1,7 +1,7 @@
 """Checkpoints the engine cannot hold are refused at load, by name, from config.json and the tokenizer alone (no
-weights in these checkpoint directories: a refusal that came after the weights would fail otherwise): Qwen3.5's
-hybrid layers, sliding-window layers, K/V shared across layers, convolution layers, and a tokenizer that loads
-empty. The configs are the real ones where `../shared/real-hub` has them (Qwen3.5-0.8B, Gemma 4 E2B), else the
+weights in these checkpoint directories: a refusal that came after the weights would fail otherwise):
+linear-attention layers outside Qwen3.5 (which holds them), sliding-window layers, K/V shared across layers,
+convolution layers, and a tokenizer that loads empty. The configs are the real ones where `../shared/real-hub` has them (Qwen3.5-0.8B, Gemma 4 E2B), else the
 layer layout of the published configs written out here (Gemma 3n E2B, LFM2-VL-450M, a Qwen2 text model with sliding
 windows). Each refusal is one line naming the model type and the reason."""
 
@@ -38,11 +38,16 @@ def refusal(tmp_path: Path, config: dict) -> str:
     return msg
 
 
-def test_qwen3_5_hybrid_layers_are_refused_by_name(tmp_path):
-    msg = refusal(tmp_path, real_config("qwen3_5"))
-    assert "model_type 'qwen3_5'" in msg
+def test_linear_attention_layers_are_refused_by_name_outside_qwen3_5(tmp_path):
+    """Qwen3.5's Gated DeltaNet layers are held (adapters/qwen3_5.py); the same layer kind in another family
+    (Qwen3-Next's layout, written out here) is refused by name."""
+    assert layer_reasons(real_config("qwen3_5")) == []
+    layers = ["full_attention" if i % 4 == 3 else "linear_attention" for i in range(48)]
+    config = {"model_type": "qwen3_next", "architectures": ["Qwen3NextForCausalLM"], "layer_types": layers}
+    msg = refusal(tmp_path, config)
+    assert "model_type 'qwen3_next'" in msg
     assert "Gated DeltaNet (linear-attention) layers" in msg
-    assert "supported model types: " in msg and "smolvlm" in msg
+    assert "supported model types: " in msg and "smolvlm" in msg and "qwen3_5" in msg
 
 
 def test_gemma4_sliding_windows_and_shared_kv_are_refused_by_name(tmp_path):

@@ -75,6 +75,7 @@ REGISTRY: dict[str, tuple[str, str, str]] = {
     "qwen2_5_vl": ("Qwen2_5_VLForConditionalGeneration", "streamvid.adapters.qwen2_5_vl", "QwenVLAdapter"),
     "qwen2_vl": ("Qwen2VLForConditionalGeneration", "streamvid.adapters.qwen2_5_vl", "QwenVLAdapter"),
     "qwen3_vl": ("Qwen3VLForConditionalGeneration", "streamvid.adapters.qwen3_vl", "Qwen3VLAdapter"),
+    "qwen3_5": ("Qwen3_5ForConditionalGeneration", "streamvid.adapters.qwen3_5", "Qwen3_5Adapter"),
     "llava_onevision": ("LlavaOnevisionForConditionalGeneration", "streamvid.adapters.llava_onevision",
                         "LlavaOnevisionAdapter"),
     "llava_next_video": ("LlavaNextVideoForConditionalGeneration", "streamvid.adapters.llava_next_video",
@@ -126,7 +127,7 @@ def load_adapter(model: str, device: str = "cpu", dtype: str = "auto", index_lay
     ("auto", "sdpa", "flash_attention_2", "eager"). `index_layer` None: the default for the checkpoint
     (`retrieval.default_index_layer`)."""
     config = read_config(model)
-    check_layers(config, model, list(REGISTRY))  # layers the engine cannot hold (hybrid, sliding-window, shared K/V): refused first
+    check_layers(config, model, list(REGISTRY))  # layers the engine cannot hold (sliding-window, shared K/V, ...): refused first
     cls = adapter_class(config)  # then an unsupported architecture
     if index_layer is None:
         from streamvid.adapters.retrieval import default_index_layer

@@ -33,8 +33,9 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from streamvid.adapters.chunk_inputs import ChunkInputs
-from streamvid.adapters.kv_cache import BufferLayer, buffered_cache
+from streamvid.adapters.kv_cache import BufferLayer, buffered_cache, install_state, kv_layers, kv_of, state_of
 from streamvid.adapters.vectors import region_keys, unit
+from streamvid.kv.recurrent_state import RecurrentState
 from streamvid.types import ChunkJob, Context, Encoded
 
 
@@ -103,11 +104,15 @@ def stack_positions(positions: Sequence[torch.Tensor], width: int) -> torch.Tens
 def right_aligned_cache(adapter: BatchedAdapter, pasts: Sequence[Context], spare: int) -> DynamicCache:
     """A DynamicCache of batch len(pasts): each row's context right-aligned in max(n_tokens) columns, zeros before
     it, with room for `spare` more columns (full-attention layers on `BufferLayer`: later forwards write in
-    place)."""
+    place). A hybrid model's rows: K/V in its attention layers, the rows' recurrent states stacked into its linear
+    layers (copies)."""
     width = max(p.n_tokens for p in pasts)
     cache = DynamicCache(config=adapter.model.config)
-    for i, layer in enumerate(cache.layers):
-        like = next((p.keys[i] for p in pasts if p.n_tokens), None)
+    if any(p.state is not None for p in pasts):
+        install_state(cache, RecurrentState.stack([p.state for p in pasts]))
+    for j, i in enumerate(kv_layers(cache)):
+        layer = cache.layers[i]
+        like = next((p.keys[j] for p in pasts if p.n_tokens), None)
         if like is None:  # every context empty: the layer's own dtype and device
             weight = adapter.language_model.layers[i].self_attn.k_proj.weight
             like = weight.new_empty((1, adapter.kv_heads, 0, adapter.head_dim))
@@ -116,8 +121,8 @@ def right_aligned_cache(adapter: BatchedAdapter, pasts: Sequence[Context], spare
         k, v = like.new_zeros(shape), like.new_zeros(shape)
         for r, p in enumerate(pasts):
             if n := p.n_tokens:
-                k[r, :, width - n:width].copy_(p.keys[i][0])
-                v[r, :, width - n:width].copy_(p.values[i][0])
+                k[r, :, width - n:width].copy_(p.keys[j][0])
+                v[r, :, width - n:width].copy_(p.values[j][0])
         if buffered:
             cache.layers[i] = BufferLayer(k[..., :width, :], v[..., :width, :], spare, room=spare)
         elif width:
@@ -155,11 +160,12 @@ def prefill_rows(adapter: BatchedAdapter, pasts: Sequence[Context], ids: Sequenc
 
 
 # ---- chunk encodes --------------------------------------------------------------------------------------------
-def encode_chunks(adapter: BatchedAdapter, jobs: Sequence[ChunkJob]) -> list[Encoded]:
+def encode_chunks(adapter: BatchedAdapter, jobs: Sequence[ChunkJob], same_width: bool = False) -> list[Encoded]:
     """`HFVideoAdapter.encode_chunks`: the chunks' inputs in one `chunk_inputs_batch` (one video-processor call for
     the Qwen families), then one forward per group of jobs whose vision inputs concatenate along dim 0 (all of
     them for the Qwen families, whose pixel rows and grids always do; for the LLaVA families, the clips of one
-    frame count, as the processor resizes every frame to one size)."""
+    frame count, as the processor resizes every frame to one size). `same_width`: a forward's rows also have as
+    many new tokens each (no padding among them: what a hybrid model's linear layers need, adapters/qwen3_5.py)."""
     if not jobs:
         return []
     for job in jobs:
@@ -169,7 +175,8 @@ def encode_chunks(adapter: BatchedAdapter, jobs: Sequence[ChunkJob]) -> list[Enc
     chunks = adapter.chunk_inputs_batch([(job.frames, job.seconds_per_chunk, job.t_start_s) for job in jobs])
     groups: dict[tuple, list[int]] = {}
     for i, chunk in enumerate(chunks):
-        groups.setdefault(vision_key(chunk.vision), []).append(i)
+        width = (int(chunk.ids.shape[1]),) if same_width else ()
+        groups.setdefault((*vision_key(chunk.vision), *width), []).append(i)
     out: list[Encoded | None] = [None] * len(jobs)
     for rows in groups.values():
         for i, enc in zip(rows, _encode_group(adapter, [jobs[i].past for i in rows], [chunks[i] for i in rows])):
@@ -193,15 +200,15 @@ def _encode_group(adapter: BatchedAdapter, pasts: Sequence[Context], chunks: Seq
     out = []
     for r, chunk in enumerate(chunks):
         n = chunk.ids.shape[1]  # the row's real new tokens: the last n columns of the cache and of the forward
-        keys = tuple(layer.keys[r:r + 1, :, -n:].clone() for layer in cache.layers)
-        values = tuple(layer.values[r:r + 1, :, -n:].clone() for layer in cache.layers)
+        keys = tuple(layer.keys[r:r + 1, :, -n:].clone() for layer in kv_of(cache))
+        values = tuple(layer.values[r:r + 1, :, -n:].clone() for layer in kv_of(cache))
         new = slice(width - n, width)
         mask = chunk.video_mask.to(captured[0].device)
         pre_rope_keys = captured[0][r, new][mask].float()  # (n_video, kv_heads*head_dim)
         scene = (embeds[0][r, new][mask.to(embeds[0].device)].to(torch.float16).cpu().numpy()
                  if embeds else None)
         out.append(Encoded(keys, values, chunk.pos_span, unit(pre_rope_keys.mean(0)), scene,
-                           region_keys(pre_rope_keys, chunk.grid)))
+                           region_keys(pre_rope_keys, chunk.grid), state_of(cache, r)))
     return out
 
 
@@ -303,7 +310,7 @@ class _Batch:
 
     def row_kv(self, d: Decoding) -> Context:
         r = next(i for i, m in enumerate(self.members) if m is d)
-        layers = self.cache.layers
+        layers = kv_of(self.cache)
         if self.mask is None:
             keys = tuple(layer.keys[r:r + 1] for layer in layers)
             values = tuple(layer.values[r:r + 1] for layer in layers)
@@ -311,7 +318,7 @@ class _Batch:
             cols = self.mask[r, :self.filled].nonzero().squeeze(1)
             keys = tuple(layer.keys[r:r + 1, :, cols.to(layer.keys.device)] for layer in layers)
             values = tuple(layer.values[r:r + 1, :, cols.to(layer.values.device)] for layer in layers)
-        return Context(keys, values, d.next_pos())
+        return Context(keys, values, d.next_pos(), state=state_of(self.cache, r))
 
 
 def decode(adapter: BatchedAdapter, decodings: Sequence[Decoding]) -> None:

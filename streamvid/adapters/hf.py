@@ -25,7 +25,7 @@ from transformers.utils import logging as hf_logging
 
 from streamvid.adapters import batching
 from streamvid.adapters.chunk_inputs import ChunkInputs
-from streamvid.adapters.kv_cache import buffered_cache
+from streamvid.adapters.kv_cache import buffered_cache, kv_of, state_of
 from streamvid.adapters.refusals import check_tokenizer
 from streamvid.adapters.vectors import unit
 from streamvid.kv.budget import DTYPE_BYTES, KVShape
@@ -88,13 +88,19 @@ class HFVideoAdapter:
         n_layers = text_cfg.num_hidden_layers
         if not 0 <= index_layer < n_layers:
             raise ValueError(f"index_layer must be in [0, {n_layers}), got {index_layer}")
+        # the layers with per-token K/V: every one, or a hybrid model's attention layers (not its linear ones)
+        kinds = getattr(text_cfg, "layer_types", None) or ["full_attention"] * n_layers
+        self.kv_layer_ids = [i for i, kind in enumerate(kinds) if kind != "linear_attention"]
+        if index_layer not in self.kv_layer_ids:
+            raise ValueError(f"index_layer {index_layer} of {model!r} is a linear-attention layer: retrieval vectors "
+                             f"come from an attention layer ({', '.join(map(str, self.kv_layer_ids))})")
         self.index_layer = index_layer
         self._attn = self.language_model.layers[index_layer].self_attn
         self.kv_heads = text_cfg.num_key_value_heads
         self._heads = text_cfg.num_attention_heads
         self.head_dim = getattr(text_cfg, "head_dim", None) or text_cfg.hidden_size // self._heads
         self.index_dim = self.kv_heads * self.head_dim
-        self.kv_shape = KVShape(n_layers, self.kv_heads, self.head_dim, DTYPE_BYTES[dtype])
+        self.kv_shape = KVShape(len(self.kv_layer_ids), self.kv_heads, self.head_dim, DTYPE_BYTES[dtype])
         inv_freq = self.language_model.rotary_emb.inv_freq.detach().float().cpu()
         self.positions = RopePositions(inv_freq, self.position_axes)
         unk = self.tokenizer.unk_token_id
@@ -135,7 +141,7 @@ class HFVideoAdapter:
         with self.lock, torch.inference_mode():
             cache = self.forward(ids, self.text_positions(start, ids.shape[1]), past)[1]
         keys, values = self._tail(cache, ids.shape[1])
-        return Encoded(keys, values, ids.shape[1], None)
+        return Encoded(keys, values, ids.shape[1], None, state=state_of(cache))
 
     def encode_chunk(self, frames: Sequence[np.ndarray], past: Context, seconds_per_chunk: float,
                      t_start_s: float = 0.0) -> Encoded:
@@ -222,8 +228,8 @@ class HFVideoAdapter:
         return out.logits, cache
 
     def _tail(self, cache: DynamicCache, n: int) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
-        keys = tuple(layer.keys[:, :, -n:].clone() for layer in cache.layers)
-        values = tuple(layer.values[:, :, -n:].clone() for layer in cache.layers)
+        keys = tuple(layer.keys[:, :, -n:].clone() for layer in kv_of(cache))
+        values = tuple(layer.values[:, :, -n:].clone() for layer in kv_of(cache))
         return keys, values
 
     @contextmanager
@@ -360,8 +366,9 @@ def mean_queries(model, texts: Sequence[Sequence[int]], layer: int, device: torc
                       position_ids=pos.view(1, 1, n).expand(3, 1, n) if axes == 3 else pos, use_cache=False)
             except _StopForward:
                 pass
-            q = captured[0][0].float().mean(0)  # (heads * head_dim,)
-            out.append(q.view(kv, heads // kv, head_dim).mean(1).reshape(-1))
+            q = captured[0][0].float().mean(0)  # (heads * head_dim,), or (heads * 2 * head_dim,): query, gate per head
+            q = q.view(heads, -1)[:, :head_dim]  # (Qwen3.5's gated attention: the gate is not the query)
+            out.append(q.reshape(kv, heads // kv, head_dim).mean(1).reshape(-1))
     finally:
         handle.remove()
     return torch.stack(out)

@@ -6,24 +6,67 @@ from __future__ import annotations
 
 import torch
 from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
+from transformers.cache_utils import DynamicLayer, LinearAttentionCacheLayerMixin
 
+from streamvid.kv.recurrent_state import RecurrentState
 from streamvid.types import Context
 
 
 def buffered_cache(config, past: Context | None, spare: int) -> DynamicCache:
     """A DynamicCache holding `past`, its full-attention layers on BufferLayer with room for `spare` more tokens:
     in the caller's buffer when `past.room` has it, else in a copy (other layer kinds, and an empty past, as
-    DynamicCache makes them)."""
+    DynamicCache makes them). A hybrid model's context holds K/V for its attention layers only (`kv_layers`, in
+    order) and its linear layers' recurrent state (`past.state`), copied into the cache: a forward advances the
+    copy, never the context's own."""
     cache = DynamicCache(config=config)
-    if past is None or not past.n_tokens:
+    if past is None:
         return cache
-    for i, (k, v) in enumerate(zip(past.keys, past.values, strict=True)):
+    kv = kv_layers(cache)
+    if past.state is not None:
+        install_state(cache, past.state, past.keys[0].device if past.keys else None)
+    elif len(kv) < len(cache.layers) and past.n_tokens:
+        raise ValueError("a context of a model with recurrent (linear-attention) layers needs their state: "
+                         "Context.state is None")
+    if not past.n_tokens:
+        return cache
+    for i, k, v in zip(kv, past.keys, past.values, strict=True):
         if type(cache.layers[i]) is DynamicLayer:
             cache.layers[i] = BufferLayer(k, v, spare, past.room)
         else:
             cache.layers[i].update(k, v)
     return cache
+
+
+def kv_layers(cache: DynamicCache) -> list[int]:
+    """The decoder layers whose cache holds per-token K/V (all but a hybrid model's linear-attention layers)."""
+    return [i for i, layer in enumerate(cache.layers) if not isinstance(layer, LinearAttentionCacheLayerMixin)]
+
+
+def kv_of(cache: DynamicCache) -> list:
+    """The cache layers that hold per-token K/V, in decoder order (what a block's keys/values tuples index)."""
+    return [cache.layers[i] for i in kv_layers(cache)]
+
+
+def install_state(cache: DynamicCache, state: RecurrentState, device=None) -> None:
+    """Copy `state` into the cache's linear-attention layers, as if the cache had run the tokens it folds in: each
+    layer's first conv/recurrent update copies into buffers of its own (the state is read, never written)."""
+    for i, conv, rec in zip(state.layers, state.conv, state.recurrent, strict=True):
+        layer = cache.layers[i]
+        if not isinstance(layer, LinearAttentionCacheLayerMixin):
+            raise ValueError(f"recurrent state for decoder layer {i}, which is not a linear-attention layer")
+        layer.update_conv_state(conv if device is None else conv.to(device))
+        layer.update_recurrent_state(rec if device is None else rec.to(device))
+
+
+def state_of(cache: DynamicCache, row: int = 0) -> RecurrentState | None:
+    """Row `row`'s recurrent state in the cache after its forwards (copies), or None for a model without
+    linear-attention layers."""
+    linear = [i for i, layer in enumerate(cache.layers) if isinstance(layer, LinearAttentionCacheLayerMixin)]
+    if not linear:
+        return None
+    layers = [cache.layers[i] for i in linear]
+    return RecurrentState(tuple(linear), tuple(la.conv_states[0][row:row + 1].clone() for la in layers),
+                          tuple(la.recurrent_states[0][row:row + 1].clone() for la in layers))
 
 
 class BufferLayer(DynamicLayer):

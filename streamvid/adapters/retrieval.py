@@ -7,7 +7,8 @@ layers, no LM head).
 
 - Checkpoints trained by `streamvid train-tiny` (the bundled model; their folder holds `training.json`) learn
   layer 0 for this, with a contrastive loss between questions and the blocks that answer them: layer 0.
-- Any other checkpoint: the middle decoder layer. At layer 0 a key or query is a linear map of one token's
+- Any other checkpoint: the middle decoder layer (a hybrid model's attention layer nearest the middle: its
+  linear-attention layers have no keys or queries). At layer 0 a key or query is a linear map of one token's
   input embedding, and a video token's embedding comes from the vision tower's projector while a question's comes
   from the word embeddings: nothing has mixed them yet, so the two need not share directions. After a few layers
   each token has attended to its context and carries more of what it means; the last layers specialise in
@@ -51,4 +52,9 @@ def default_index_layer(config: dict, model: str) -> int:
     layers = text.get("num_hidden_layers") or config.get("num_hidden_layers")
     if not layers:
         raise ValueError(f"config of {model!r} has no num_hidden_layers: pass index_layer")
-    return int(layers) // 2
+    middle = int(layers) // 2
+    kinds = text.get("layer_types") or ()
+    attention = [i for i, kind in enumerate(kinds) if kind != "linear_attention"]
+    if kinds and attention:  # a hybrid model: its attention layer nearest the middle (linear layers have no keys)
+        return min(attention, key=lambda i: (abs(i - middle), i))
+    return middle

@@ -37,7 +37,7 @@ def state_at_cut(stream: Stream, clock: Callable[[], float], memory_folder: Path
             config=stream.config, embedder=(stream.embedder.name, stream.embedder.dim), sinks=snap.sinks,
             blocks=tuple(snap.blocks), stream_t_s=clock(), next_block_id=stream.ingest.next_block_id,
             dialogue=tuple(tuple(turn) for turn in stream.reasoning.dialogue.copy()),
-            memory_blocks=len(memory) if memory is not None else None)
+            memory_blocks=len(memory) if memory is not None else None, state=snap.state)
 
 
 def restore(stream: Stream, directory: str | Path, snap: session_store.Snapshot) -> None:

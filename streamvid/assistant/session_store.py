@@ -52,6 +52,7 @@ from safetensors.torch import save_file
 from streamvid.assistant import snapshot_schema
 from streamvid.assistant.snapshot_schema import MEMORY, META, WINDOW, SchemaError, file_sha256
 from streamvid.config import EngineConfig
+from streamvid.kv.recurrent_state import RecurrentState
 from streamvid.kv.window import Block
 from streamvid.periodic import Periodic
 
@@ -108,6 +109,7 @@ class StreamState:
     next_block_id: int
     dialogue: tuple[tuple[str, str], ...]
     memory_blocks: int | None  # None: long-term memory is off (nothing was written)
+    state: RecurrentState | None = None  # a hybrid model's recurrent state after the window's newest block
 
 
 def save(state_at: Callable[[Path], StreamState], directory: str | Path) -> dict:
@@ -123,7 +125,7 @@ def save(state_at: Callable[[Path], StreamState], directory: str | Path) -> dict
     tmp = directory / f".tmp-snap-{seq:06d}-{os.getpid()}"
     tmp.mkdir()
     state = state_at(tmp / MEMORY)
-    _write_window(state.sinks, state.blocks, tmp / WINDOW)
+    _write_window(state.sinks, state.blocks, tmp / WINDOW, state.state)
     files = {}
     paths = sorted(p for p in tmp.rglob("*") if p.is_file())
     for path in paths:
@@ -166,8 +168,9 @@ def _remove_others(directory: Path, keep: str | None) -> None:
             shutil.rmtree(old)
 
 
-def _write_window(sinks: Block, blocks: tuple[Block, ...], path: Path) -> None:
-    tensors, entries = {}, []
+def _write_window(sinks: Block, blocks: tuple[Block, ...], path: Path, state: RecurrentState | None = None) -> None:
+    """The sinks and window blocks; a hybrid model's recurrent state after the newest (RecurrentState.tensors)."""
+    tensors, entries = ({} if state is None else state.tensors()), []
     for j, b in enumerate((sinks, *blocks)):
         for i, (k, v) in enumerate(zip(b.keys, b.values, strict=True)):
             tensors[f"b{j}.k{i}"] = k.detach().cpu().contiguous()
@@ -290,6 +293,9 @@ def _read_window(path: Path) -> list[Block]:
             blocks.append(Block(id=e["id"], t_start_s=e["t_start_s"], t_end_s=e["t_end_s"], keys=keys,
                                 values=values, pos_start=e["pos_start"], pos_span=e["pos_span"], vector=vector,
                                 memory_kv=alone, speech=e.get("speech")))
+        # the newest block carries a saved recurrent state (Block.state: the window takes it over on append)
+        blocks[-1] = blocks[-1].replace(state=RecurrentState.of_tensors({n: f.get_tensor(n) for n in names
+                                                                         if n.startswith("state.")}))
     return blocks
 
 

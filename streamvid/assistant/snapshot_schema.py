@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 
 from streamvid.config import SETTINGS, EngineConfig
 from streamvid.kv.budget import MEMORY_KINDS
+from streamvid.kv.recurrent_state import check_state_header
 
 MAX_T_S = 1e9  # stream seconds (31 years)
 MAX_ID = 2**53  # block ids: exact in a JSON number
@@ -165,8 +166,7 @@ HEX64 = text(64, _HEX64)
 LAYERS = integer(1, 4096)
 POINTER_JSON = {  # session.json
     "format": text(), "format_version": integer(0, MAX_ID), "snapshot": text(32, re.compile(r"snap-[0-9]{1,18}")),
-    "meta_sha256": HEX64,
-}
+    "meta_sha256": HEX64}
 META_JSON = {
     "format": text(), "format_version": integer(0, MAX_ID),
     "model": {"model": text(), "model_type": optional(text(256)), "config_sha256": HEX64,
@@ -174,12 +174,10 @@ META_JSON = {
     "embedder?": {"name": text(), "dim": integer(1, 2**20)},
     "kv": {"dtype": text(32), "layers": LAYERS, "kv_heads": integer(1, 4096), "head_dim": integer(1, 2**16)},
     "config": mapping(text(256), config_value, 1000),
-    "stream_t_s": TIME,
-    "next_block_id": ID,
+    "stream_t_s": TIME, "next_block_id": ID,
     "dialogue": list_of(pair(text(MAX_TEXT, printable=False), text(MAX_TEXT, printable=False)), 100_000),
     "window_blocks": list_of(ID, 1_000_000, increasing=True),
-    "memory": boolean,
-    "saved_unix_s": number(0.0, 1e12),
+    "memory": boolean, "saved_unix_s": number(0.0, 1e12),
     "files": mapping(file_name, {"bytes": integer(0, MAX_BYTES), "sha256": HEX64}, 10_000_000),
 }
 MEMORY_JSON = {  # memory/memory.json (LongTermMemory.snapshot)
@@ -365,6 +363,7 @@ def check_window(path: Path, name: str, meta: dict) -> None:
         if f"b{j}.mk0" in tensors:
             _check_kv(tensors, f"b{j}.m", e["layers"], meta["kv"], name)
         _check_vector(tensors, f"b{j}.vector", dim, name, required=False)
+    check_state_header(tensors, name, SchemaError)  # a hybrid model's recurrent state, when saved
 
 
 def read_memory_doc(folder: Path, meta: dict) -> dict:

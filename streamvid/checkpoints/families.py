@@ -7,7 +7,7 @@ Qwen2.5-VL is `tiny.build_tiny_checkpoint` (the bundled model's starting point).
 LLaVA-OneVision get a byte-level BPE trained on the spot with their special tokens (as `tiny.build_tokenizer`);
 LLaVA-NeXT-Video gets a sentencepiece model trained on the spot and loaded as its Llama tokenizer. SmolVLM2 and
 InternVL3.5 get the byte-level BPE with their own special tokens, and their processors with small frames (16 tokens
-per frame).
+per frame). Qwen3.5 (hybrid: Gated DeltaNet layers and full-attention layers) is built in checkpoints/hybrid.py.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from transformers.utils import logging as hf_logging
 
 from streamvid.checkpoints.tiny import ANSWER_WORDS, CORPUS, CHAT_TEMPLATE, SPECIAL_TOKENS, build_tiny_checkpoint
 
-ARCHS = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision", "llava-next-video", "smolvlm2", "internvl3.5")
+ARCHS = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "qwen3.5", "llava-onevision", "llava-next-video", "smolvlm2",
+         "internvl3.5")
 SPEECH_ARCHS = ("whisper", "vits")  # a speech recogniser for --asr and a voice for --tts (checkpoints/speech.py)
 
 # LLaVA-OneVision's chat template (ChatML; per message its images, then `<video>\n` per video, then the text)
@@ -49,7 +50,9 @@ NEXT_VIDEO_CHAT_TEMPLATE = (
 def make_tiny(arch: str, out_dir: str | Path, seed: int = 0, hidden: int = 64, layers: int = 2) -> Path:
     """Write a small random checkpoint of `arch` (one of ARCHS, or a speech recogniser of SPEECH_ARCHS) to
     `out_dir`; returns the directory."""
-    builders = {"qwen2-vl": _qwen2_vl, "qwen3-vl": _qwen3_vl, "llava-onevision": _llava_onevision,
+    from streamvid.checkpoints.hybrid import qwen3_5
+
+    builders = {"qwen2-vl": _qwen2_vl, "qwen3-vl": _qwen3_vl, "qwen3.5": qwen3_5, "llava-onevision": _llava_onevision,
                 "llava-next-video": _llava_next_video, "smolvlm2": _smolvlm2, "internvl3.5": _internvl}
     hf_logging.disable_progress_bar()
     if arch == "qwen2.5-vl":

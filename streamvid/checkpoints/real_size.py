@@ -1,6 +1,6 @@
 """Real-size architectures of the small families with random weights, for speed measurements (`streamvid bench
 --arch`): SmolVLM2-256M and -500M Video-Instruct, InternVL3.5-1B (-HF), and their tiny test checkpoints
-(`make-tiny`'s) for the many-streams measurement.
+(`make-tiny`'s, and Qwen3.5's) for the many-streams measurement.
 
 Speed does not depend on the weight values, so a model built from its published config with random weights runs
 the computation the real checkpoint runs: the same widths, depths, heads, vocabulary (the LM head's size) and vision
@@ -166,6 +166,7 @@ ARCHS: dict[str, Arch] = {a.name: a for a in (
          vision=INTERNVL_VISION),
     Arch("smolvlm2-tiny", "smolvlm2", "make-tiny smolvlm2", _tiny, frame_px=112, tiny=True),
     Arch("internvl3.5-tiny", "internvl3.5", "make-tiny internvl3.5", _tiny, frame_px=112, tiny=True),
+    Arch("qwen3.5-tiny", "qwen3.5", "make-tiny qwen3.5", _tiny, frame_px=112, tiny=True),
 )}
 
 
@@ -190,6 +191,7 @@ def random_adapter(name: str, layers: int | None = None, device: str = "auto", d
 
     from streamvid.adapters.hf import resolve_attn, resolve_device, resolve_dtype
     from streamvid.adapters.internvl import InternVLAdapter
+    from streamvid.adapters.qwen3_5 import Qwen3_5Adapter
     from streamvid.adapters.smolvlm import SmolVLMAdapter
 
     device = resolve_device(device)
@@ -197,8 +199,11 @@ def random_adapter(name: str, layers: int | None = None, device: str = "auto", d
     model, processor = build(name, layers, seed)
     model.set_attn_implementation(resolve_attn(attn, device, dtype))
     model.to(getattr(torch, dtype))
-    adapter_cls = {"smolvlm2": SmolVLMAdapter, "internvl3.5": InternVLAdapter}[ARCHS[name].family]
+    adapter_cls = {"smolvlm2": SmolVLMAdapter, "internvl3.5": InternVLAdapter,
+                   "qwen3.5": Qwen3_5Adapter}[ARCHS[name].family]
     label = f"random-{name}" + (f"-{layers}l" if layers else "")
-    n_layers = model.config.get_text_config().num_hidden_layers
-    return adapter_cls(label, device=device, dtype=dtype, attn=attn, index_layer=n_layers // 2,
-                       prebuilt=(processor, model))
+    text = model.config.get_text_config()
+    kinds = getattr(text, "layer_types", None) or ["full_attention"] * text.num_hidden_layers
+    middle = text.num_hidden_layers // 2  # the attention layer nearest the middle (a hybrid's linear layers: no keys)
+    index = min((i for i, kind in enumerate(kinds) if kind != "linear_attention"), key=lambda i: (abs(i - middle), i))
+    return adapter_cls(label, device=device, dtype=dtype, attn=attn, index_layer=index, prebuilt=(processor, model))

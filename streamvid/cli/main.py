@@ -13,7 +13,7 @@
     streamvid synth --seed S --minutes N --out DIR
     streamvid train-tiny [--out DIR] [--seed S] [--steps N] [--time-budget-min M] [--init DIR]
                         [--vision-refine-steps N] [--block-side | --no-block-side] [--resume DIR]
-    streamvid make-tiny --arch qwen2-vl|qwen2.5-vl|qwen3-vl|llava-onevision|llava-next-video|smolvlm2|internvl3.5
+    streamvid make-tiny --arch qwen2-vl|qwen2.5-vl|qwen3-vl|qwen3.5|llava-onevision|llava-next-video|smolvlm2|internvl3.5
         --out DIR
 
 `run` prints one JSON object per line on stdout, in stream-time order: {"type": "answer", ...} per question (for
@@ -177,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--arch", choices=("tiny", "3b", "7b", *REAL_SIZE_ARCHS), default="tiny",
                     help="tiny: the bundled model; 3b / 7b: Qwen2.5-VL architectures with random weights; "
                          "smolvlm2-256m / smolvlm2-500m / internvl3.5-1b: those real-size architectures with random "
-                         "weights; smolvlm2-tiny / internvl3.5-tiny: make-tiny's checkpoints")
+                         "weights; smolvlm2-tiny / internvl3.5-tiny / qwen3.5-tiny: make-tiny's checkpoints")
     bn.add_argument("--layers", type=int, default=None,
                     help="a real-size architecture with at most N decoder layers (and vision layers)")
     bn.add_argument("--device", default="auto")
@@ -225,8 +225,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     mt = sub.add_parser("make-tiny", help="write a small random checkpoint of a supported family (install checks)")
     mt.add_argument("--arch", required=True,
-                    choices=("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision", "llava-next-video", "smolvlm2",
-                             "internvl3.5", "whisper", "vits"))
+                    choices=("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "qwen3.5", "llava-onevision", "llava-next-video",
+                             "smolvlm2", "internvl3.5", "whisper", "vits"))
     mt.add_argument("--out", type=Path, required=True)
     mt.add_argument("--seed", type=int, default=0)
     mt.set_defaults(func=cmd_make_tiny)

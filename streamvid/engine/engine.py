@@ -73,7 +73,7 @@ class Engine:
         self.embedder = make_embedder(config, self.adapter)  # where retrieval vectors come from (embedders.py)
         sinks = self.adapter.encode_text(self.adapter.sink_text, None)
         self.sinks = Block(id=-1, t_start_s=0.0, t_end_s=0.0, keys=sinks.keys, values=sinks.values, pos_start=0,
-                           pos_span=sinks.pos_span)
+                           pos_span=sinks.pos_span, state=sinks.state)
         self._streams: list[Stream] = []
         self._lock = threading.Lock()  # guards the streams list
         self._work = threading.Event()  # set when a stream may have work: the scheduler thread's wake-up

@@ -166,7 +166,7 @@ class Ingest:
                           vector=vector, speech=utt.text)
             self._next_id += 1
             self._buffer.append(block)
-            for old in self.window.append(block):
+            for old in self.window.append(block, encoded.state):  # a hybrid model's state advances with it
                 if self.memory is not None:
                     self.memory.add(old.for_memory())
         self.speech_blocks += 1
@@ -214,7 +214,7 @@ class Ingest:
                           vector=vector, scene=enc.scene, memory_kv=alone)
             self._next_id += 1
             self._buffer.append(block)
-            for old in self.window.append(block):
+            for old in self.window.append(block, enc.state):  # a hybrid model's state advances with it
                 if self.memory is not None:
                     self.memory.add(old.for_memory())  # compacted, then copied to the host (stored_block.StoredBlock.of)
             snap = self.window.snapshot()
@@ -244,7 +244,7 @@ class Ingest:
         enc = self.adapter.encode_chunks([self._job(frames, self._buffer.context(snap, room=room))])[0]
         return Block(id=-1, t_start_s=frames[0].t_s, t_end_s=frames[-1].t_s + 1.0 / self.config.fps, keys=enc.keys,
                      values=enc.values, pos_start=snap.next_pos, pos_span=enc.pos_span, vector=None,
-                     scene=enc.scene)  # no vector: this block is never stored or searched
+                     scene=enc.scene, state=enc.state)  # no vector: this block is never stored or searched
 
     def _job(self, frames: list[Frame], past) -> ChunkJob:
         """A chunk's frames on `past`; a short chunk is padded by repeating its last frame."""

@@ -169,7 +169,7 @@ class _Round:
         """Sinks + the snapshot's window blocks from index `start` on (0: the whole window, narration's context and
         that of triggers older than the window)."""
         if self._last is None or self._last[0] != start:
-            self._last = (start, layout(self.snap.sinks, (), self.snap.blocks[start:], positions))
+            self._last = (start, layout(self.snap.sinks, (), self.snap.blocks[start:], positions, self.snap.state))
         return self._last[1]
 
 
@@ -249,7 +249,8 @@ class Reasoning:
         # without the dialogue about other moments (as train-tiny trains it)
         moment = bool(at_times and retrieved)
         window = [] if moment else snap.blocks
-        context = layout(snap.sinks, retrieved, window, self.adapter.positions)
+        # a hybrid model's recurrent layers see the stream up to now (snap.state) whichever blocks are laid out
+        context = layout(snap.sinks, retrieved, window, self.adapter.positions, snap.state)
         turns = self.config.generation.dialogue_turns
         dialogue = [] if moment or not turns else list(self.dialogue) if q.dialogue is None else list(
             q.dialogue)[-turns:]
@@ -318,7 +319,7 @@ class Reasoning:
     def probe(self, q: Question, snap: WindowSnapshot | None = None) -> Output:
         """p(yes) for a yes/no question about now: one forward on the window snapshot (no retrieval)."""
         snap = snap or self.window.snapshot()
-        context = layout(snap.sinks, (), snap.blocks, self.adapter.positions)
+        context = layout(snap.sinks, (), snap.blocks, self.adapter.positions, snap.state)
         p_yes = self.adapter.probe(context, q.text)
         return ProbeResult(q.id, "yes" if p_yes >= 0.5 else "no", q.text, round(q.t_s, 3), round(p_yes, 4))
 

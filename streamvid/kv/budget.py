@@ -40,7 +40,8 @@ class KVShape:
     @classmethod
     def from_config(cls, config: dict, dtype: str = "bfloat16") -> KVShape:
         """From a checkpoint's config.json (the language model's part: `text_config`, or the top level as older
-        Qwen2-VL / Qwen2.5-VL configs write it) and the dtype the model runs in."""
+        Qwen2-VL / Qwen2.5-VL configs write it) and the dtype the model runs in; `layers` counts the layers with
+        K/V (a hybrid model's attention layers)."""
         text = config.get("text_config") or config
         if "num_hidden_layers" not in text:
             text = {**config, **text}
@@ -48,7 +49,9 @@ class KVShape:
         head_dim = text.get("head_dim") or text["hidden_size"] // heads
         if dtype not in DTYPE_BYTES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
-        return cls(text["num_hidden_layers"], text.get("num_key_value_heads") or heads, head_dim, DTYPE_BYTES[dtype])
+        kinds = text.get("layer_types") or ()  # a hybrid model (Qwen3.5): its linear-attention layers keep no K/V
+        layers = sum(kind != "linear_attention" for kind in kinds) if kinds else text["num_hidden_layers"]
+        return cls(layers, text.get("num_key_value_heads") or heads, head_dim, DTYPE_BYTES[dtype])
 
 
 def stored_block_bytes(shape: KVShape, n_tokens: int, kind: str = "int8") -> int:

@@ -39,11 +39,16 @@ def _rotation(delta: int, inv_freq: torch.Tensor) -> tuple[torch.Tensor, torch.T
 
 
 def _rotate(keys: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Keys rotated by (cos, sin); with partial RoPE (Qwen3.5: a quarter of each head rotary) only the first
+    len(cos) dimensions of each head rotate, the rest pass through as the model leaves them."""
     cos, sin = cos.to(keys.device), sin.to(keys.device)
+    rot = cos.shape[-1]
     k = keys.float()
-    half = k.shape[-1] // 2
+    k, rest = k[..., :rot], k[..., rot:]
+    half = rot // 2
     rotated_half = torch.cat([-k[..., half:], k[..., :half]], dim=-1)
-    return (k * cos + rotated_half * sin).to(keys.dtype)
+    out = k * cos + rotated_half * sin
+    return (torch.cat([out, rest], dim=-1) if rest.shape[-1] else out).to(keys.dtype)
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,14 +92,18 @@ def move_block(block: Block, pos_start: int, inv_freq: RopePositions | torch.Ten
 
 
 def layout(sinks: Block, retrieved: Sequence[Block], window: Sequence[Block],
-           inv_freq: RopePositions | torch.Tensor) -> Context:
+           inv_freq: RopePositions | torch.Tensor, state=None) -> Context:
     """Concatenate sinks, retrieved blocks (time order) and window blocks at contiguous positions.
 
     The few are moved, not the many: the window keeps its positions and the sinks and retrieved blocks are placed
     right before it, when there is room (the window starts at or after sinks + retrieved; ingest's rebase leaves
     that room). Otherwise everything is laid out from the sinks' own position, which moves the window. Either way
     the positions are contiguous, and two layouts of the same blocks differ only by a uniform shift of every
-    position (the question's too, which starts at `next_pos`), which RoPE attention does not see."""
+    position (the question's too, which starts at `next_pos`), which RoPE attention does not see.
+
+    `state`: a hybrid model's recurrent state for the context (the stream up to now, `WindowSnapshot.state`,
+    whichever blocks the attention layers see); None: the sinks' (a model without recurrent layers has none)."""
+    state = sinks.state if state is None else state
     ordered = sorted(retrieved, key=lambda b: b.t_start_s)
     before = sinks.pos_span + sum(b.pos_span for b in ordered)
     if window and window[0].pos_start >= before and _contiguous(window):
@@ -104,21 +113,23 @@ def layout(sinks: Block, retrieved: Sequence[Block], window: Sequence[Block],
             placed.append(move_block(block, pos, inv_freq))
             pos += block.pos_span
         end = window[-1].pos_start + window[-1].pos_span
-        return concat([*placed, *window], end)
+        return concat([*placed, *window], end, state)
     pos = sinks.pos_start + sinks.pos_span
     placed = [sinks]
     for block in [*ordered, *window]:
         placed.append(move_block(block, pos, inv_freq))
         pos += block.pos_span
-    return concat(placed, pos)
+    return concat(placed, pos, state)
 
 
 def _contiguous(blocks: Sequence[Block]) -> bool:
     return all(a.pos_start + a.pos_span == b.pos_start for a, b in zip(blocks, blocks[1:]))
 
 
-def concat(blocks: Sequence[Block], next_pos: int) -> Context:
+def concat(blocks: Sequence[Block], next_pos: int, state=None) -> Context:
+    """The blocks' K/V one after the other; `state` (None: the last block's own) the recurrent state after them."""
+    state = blocks[-1].state if state is None else state
     n_layers = len(blocks[0].keys)
     keys = tuple(torch.cat([b.keys[i] for b in blocks], dim=2) for i in range(n_layers))
     values = tuple(torch.cat([b.values[i] for b in blocks], dim=2) for i in range(n_layers))
-    return Context(keys, values, next_pos)
+    return Context(keys, values, next_pos, state=state)

@@ -36,6 +36,9 @@ class Block:
     # alone, memory_encoding "sinks"); None: memory stores keys/values
     memory_kv: tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]] | None = None
     speech: str | None = None  # a speech block's words (what was heard from t_start_s to t_end_s); None: video
+    # a hybrid model's recurrent state after this block (kv/recurrent_state.py), on blocks kept outside the window
+    # only (the sinks, an answer's unfinished-chunk block): the window keeps the state of its newest block itself
+    state: object | None = None
 
     @property
     def n_tokens(self) -> int:
@@ -55,19 +58,31 @@ class Block:
             return tuple(t.to(d, copy=True) for t, d in zip(ts, devices, strict=True))
 
         alone = self.memory_kv and (move(self.memory_kv[0]), move(self.memory_kv[1]))
-        return dataclasses.replace(self, keys=move(self.keys), values=move(self.values), memory_kv=alone)
+        state = self.state and self.state.to(devices[0])
+        return dataclasses.replace(self, keys=move(self.keys), values=move(self.values), memory_kv=alone, state=state)
 
     def for_memory(self) -> Block:
-        """The block as long-term memory stores it: with `memory_kv` for its keys and values when it has one."""
+        """The block as long-term memory stores it: with `memory_kv` for its keys and values when it has one; never
+        a recurrent state (memory holds the attention layers' K/V only)."""
         if self.memory_kv is None:
-            return self
-        return dataclasses.replace(self, keys=self.memory_kv[0], values=self.memory_kv[1], memory_kv=None)
+            return self if self.state is None else dataclasses.replace(self, state=None)
+        return dataclasses.replace(self, keys=self.memory_kv[0], values=self.memory_kv[1], memory_kv=None, state=None)
 
 
 @dataclass(frozen=True)
 class WindowSnapshot:
     sinks: Block
     blocks: tuple[Block, ...]  # oldest first
+    recurrent: object | None = None  # a hybrid model's RecurrentState after the window's newest block
+
+    @property
+    def state(self):
+        """The recurrent state after the snapshot's last block: that block's own when it carries one (an unfinished
+        chunk's block added for an answer), else the window's, else the sinks' (None: a model without recurrent
+        layers)."""
+        if self.blocks and self.blocks[-1].state is not None:
+            return self.blocks[-1].state
+        return self.recurrent if self.recurrent is not None else self.sinks.state
 
     @property
     def next_pos(self) -> int:
@@ -98,11 +113,18 @@ class KVWindow:
         self._sinks = sinks
         self._blocks: list[Block] = []
         self._tokens = 0
+        self._state = sinks.state  # a hybrid model's recurrent state after the newest block (the stream up to now)
 
-    def append(self, block: Block) -> list[Block]:
+    def append(self, block: Block, state=None) -> list[Block]:
         """Add the newest block; return the blocks evicted to stay within budget, oldest first.
-        The newest block always stays, even when it alone exceeds the budget."""
+        The newest block always stays, even when it alone exceeds the budget. `state`: a hybrid model's recurrent
+        state after the block (or the block's own `state`, which the window keeps instead of the block)."""
+        if block.state is not None:
+            state = block.state if state is None else state
+            block = block.replace(state=None)
         with self.lock:
+            if state is not None:
+                self._state = state
             self._blocks.append(block)
             self._tokens += block.n_tokens
             evicted = []
@@ -144,7 +166,7 @@ class KVWindow:
 
     def snapshot(self) -> WindowSnapshot:
         with self.lock:
-            return WindowSnapshot(self._sinks, tuple(self._blocks))
+            return WindowSnapshot(self._sinks, tuple(self._blocks), self._state)
 
     @property
     def tokens(self) -> int:

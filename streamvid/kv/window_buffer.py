@@ -59,7 +59,7 @@ class WindowBuffer:
             self.copied_tokens += self._sinks.n_tokens
         span = slice(self._start, self._end)
         return Context(tuple(k[:, :, span] for k in self._k), tuple(v[:, :, span] for v in self._v), snap.next_pos,
-                       room=self.capacity - self._end)
+                       room=self.capacity - self._end, state=snap.state)
 
     def append(self, block: Block) -> None:
         """Record the window's new block, encoded on the last `context`, after it: its K/V are written at the end
