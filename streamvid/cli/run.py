@@ -205,7 +205,7 @@ def _run(args: argparse.Namespace, cfg, asks: list[tuple[float, str]], watches: 
     session saved when --session is given. 130 after Ctrl-C, else 0."""
     from streamvid.assistant import session_store
     from streamvid.assistant.assistant import StreamingAssistant
-    from streamvid.media.sources import open_source
+    from streamvid.media.source_spec import open_source
 
     resumed = args.session is not None and session_store.has_session(args.session)
     sa = StreamingAssistant.resume(args.session, cfg) if resumed else StreamingAssistant(cfg)
