@@ -22,6 +22,7 @@ from collections.abc import Callable
 import streamvid.hub.alert_access as alert_access
 import streamvid.hub.fanout as fanout
 import streamvid.hub.validation as validation
+from streamvid.assistant import session_store
 from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.engine.engine import EngineFull
 from streamvid.hub.errors import Busy, HubError, Refused, Timeout
@@ -64,6 +65,8 @@ def open_stream(hub, source: object, fps: float | None = None, session_dir: obje
                 sa = session.assistant(config, hub.engine) if session else StreamingAssistant(config, engine=hub.engine)
         except EngineFull as e:
             raise Busy(str(e)) from None
+        except session_store.SnapshotError as e:
+            raise Refused(f"cannot resume: {e}") from None
         alert_access.keep(sa, session, hub.options.alert_media)
         s = _new(hub, sa, target, fps, session, client, listener)
         if target.kind == "url":
