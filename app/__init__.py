@@ -7,7 +7,9 @@
     api.py         the scriptable endpoints, and how a call finds its session (login user + session hash)
     manager.py     the sessions of one page (tabs and API clients): caps per client, idle cleanup, uploads' quota
     mount.py       the page on a caller's hub (`streamvid serve --ui`, the `streamvid.ui` entry point)
-    sessions.py    one session: its streams on the hub, standing conditions, the calls of page and API
+    sessions.py    one session: its streams on the hub started and stopped, the calls of page and API
+    session_asking.py   its questions and standing conditions
+    session_reading.py  what it shows: outputs since a cursor, stats, chat, alerts
     transcript.py  a stream's outputs (as the hub's fan-out delivers them) into the chat, the poll log, the alerts
     inputs.py      what a page may open: the hub's source policy plus its uploads and the operator's --video
     login.py       password length, and repeated failed logins slowed down

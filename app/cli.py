@@ -1,7 +1,7 @@
 """`streamvid demo`: the web app's command, plugged into the `streamvid` command line.
 
     streamvid demo [--model M] [--video V] [--host 127.0.0.1] [--port 7860] [--auth USER:PASS] [--tts auto]
-                   [engine flags]
+                   [--stream-idle-timeout-s 600] [engine flags]
 
 The library's parser (`streamvid.cli.main.build_parser`) adds the commands registered under the `streamvid.commands`
 entry point group (pyproject.toml); `register` is this package's. The library never imports the app: the app
@@ -34,8 +34,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                     help="browser tabs / API clients served at once (default: the engine's --max-streams)")
     dm.add_argument("--max-sessions-per-client", type=int, default=None, metavar="N",
                     help="sessions one login user (or one address without login) may hold (default: half)")
-    dm.add_argument("--idle-timeout-s", type=float, default=600.0,
-                    help="close a session idle this long (as `serve --stream-idle-timeout-s`; 0: never)")
+    dm.add_argument("--stream-idle-timeout-s", "--idle-timeout-s", type=float, default=600.0, metavar="SECONDS",
+                    help="close a session idle this long, as serve's flag of this name does (0: never; "
+                         "--idle-timeout-s is the same)")
     dm.add_argument("--max-upload-mb", type=float, default=MAX_UPLOAD_MB, help="largest video file a page may upload")
     dm.add_argument("--upload-quota-mb", type=float, default=2048.0,
                     help="all uploads together; the oldest not playing are removed beyond it")
@@ -75,10 +76,11 @@ def cmd_demo(args: argparse.Namespace) -> int:
     uploads = tempfile.mkdtemp(prefix="streamvid-uploads-", dir=previous)
     os.environ["GRADIO_TEMP_DIR"] = uploads
     try:
-        if not args.idle_timeout_s >= 0:
-            raise ValueError(f"--idle-timeout-s must be a number of seconds >= 0 (0: never), got {args.idle_timeout_s}")
+        idle_s = args.stream_idle_timeout_s
+        if not idle_s >= 0:
+            raise ValueError(f"--stream-idle-timeout-s must be a number of seconds >= 0 (0: never), got {idle_s}")
         options = HubOptions(max_frame_pixels=args.max_frame_pixels, allow_private_urls=args.allow_private_urls,
-                             max_outage_s=args.max_outage_s, stream_idle_timeout_s=args.idle_timeout_s or None)
+                             max_outage_s=args.max_outage_s, stream_idle_timeout_s=idle_s or None)
         options.policy(max_upload_mb=args.max_upload_mb, operator_video=args.video)  # refused before the model loads
         manager = SessionManager.standalone(cfg, options, upload_dirs=[upload_folder()],
                                             max_upload_mb=args.max_upload_mb, operator_video=args.video,

@@ -8,7 +8,7 @@
 
 The sessions are held in the hub's kind of registry (streamvid.hub.registry: caps per client, idle reaping) and
 their streams are the hub's. A session idle for the hub's `stream_idle_timeout_s` (`--stream-idle-timeout-s`,
-`streamvid demo --idle-timeout-s`) is closed, as an idle stream of an HTTP client is.
+`streamvid demo --stream-idle-timeout-s`) is closed, as an idle stream of an HTTP client is.
 
 Thread contract: any thread; the registry's lock is never held while a session stops; one reaper thread
 ("streamvid-app-reaper") closes idle sessions and keeps the upload folders under their quota.

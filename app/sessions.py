@@ -18,7 +18,8 @@ stream. `stop` closes the stream's source only: as on a clip that ended, questio
 saw; the stream itself (its memory, its engine slot) is freed by the next `start` or when the session closes.
 
 This module holds the lifecycle (streams started and stopped, standing conditions watched again on a fresh stream,
-narration) and the methods the page and the API call. The chat, the alerts and the log that `poll` reads are in
+narration, pushed frames); questions and conditions are session_asking.py's, what the page reads (poll, status,
+chat) session_reading.py's, sound session_sound.py's. The chat, the alerts and the log that `poll` reads are in
 `transcript.py` (the lines' wording in `chat.py`).
 
 Thread contract. `Session`: every public method may be called from any thread (gradio runs callbacks on worker
@@ -30,7 +31,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.engine.engine import EngineFull
@@ -38,26 +38,20 @@ from streamvid.hub.errors import Busy, HubError, NotFound, Refused
 from streamvid.hub.hub import Hub
 from streamvid.hub.policy import SourcePolicy, Target
 from streamvid.hub.shown import redact
-from streamvid.types import Frame
-from streamvid_app.chat import model_name
+from streamvid_app.session_asking import SessionAsking
+from streamvid_app.session_reading import SessionReading
 from streamvid_app.session_sound import SessionSound
 from streamvid_app.transcript import Stream, Transcript
 from streamvid_app.uploads import UploadFolders
 from streamvid_app.voice import PLAYER_TIMEOUT_S, PageVoice, TalkRecording
 
-__all__ = ["Session", "SessionError", "SessionLimitError", "TRIGGERS_UNAVAILABLE", "triggers_available"]
+__all__ = ["Session", "SessionError", "SessionLimitError"]
 
-TRIGGERS_UNAVAILABLE = ("standing triggers are not available in this version of streamvid "
-                        "(StreamingAssistant has no watch()); questions and answers work")
 SessionError = HubError  # what a session refuses: the hub's errors, each with its message for the page
 SessionLimitError = Busy  # every session slot (or every one of this client's) is taken
 
 
-def triggers_available() -> bool:
-    return callable(getattr(StreamingAssistant, "watch", None))
-
-
-class Session(SessionSound):
+class Session(SessionAsking, SessionReading, SessionSound):
     def __init__(self, key: str, hub: Hub, policy: SourcePolicy, log_size: int = 1000, webcam_gap_s: float = 3.0,
                  client: str = "", uploads: UploadFolders | None = None, voice=None):
         self.key, self.hub, self.policy = key, hub, policy
@@ -151,154 +145,11 @@ class Session(SessionSound):
         pushed = self.hub.push(stream.sid, image, t_s=t_s)
         return {"type": "status", "event": "frame", **pushed}
 
-    # ---- questions --------------------------------------------------------------------------------------
-    def ask(self, question: str) -> str:
-        """Queue a question about the stream so far; returns its id. The answer streams into the chat."""
-        self.touch()
-        with self._cond:
-            stream = self._running()
-            t_s = stream.sa.latest_t_s
-            if self.voice is not None:  # a new question: what is being said stops, its answer is said instead
-                self.voice.interrupt()
-            qid = self.hub.ask(stream.sid, question, t_s=t_s)
-            if self.voice is not None:
-                self.voice.asked(qid)
-            self._asked[qid] = stream
-            self._transcript.asked(stream, qid, question, t_s)
-        return qid
-
-    def wait_answer(self, qid: str, timeout_s: float) -> dict:
-        """Block until the answer to `qid` (asked on the current stream) is complete; returns it."""
-        with self._cond:
-            stream = self._asked_on(qid)
-            if not self._cond.wait_for(lambda: qid in stream.answers or stream.closed, timeout=timeout_s):
-                raise SessionError(f"no answer to {qid} within {timeout_s:g} s")
-            if qid not in stream.answers:
-                raise SessionError(stream.error or "the stream stopped before the answer was complete")
-            return stream.answers[qid]
-
-    def follow(self, qid: str, timeout_s: float) -> Iterator[None]:
-        """Yield after every change of the session until the answer to `qid` is complete (for a page that
-        re-renders the chat as tokens arrive); ends after `timeout_s` at the latest."""
-        with self._cond:
-            stream = self._asked_on(qid)
-        deadline = time.monotonic() + timeout_s
-        seen = -1
-        while True:
-            with self._cond:
-                self._cond.wait_for(lambda v=seen: self.version != v, timeout=max(0.0, deadline - time.monotonic()))
-                seen = self.version
-                done = qid in stream.answers or stream.closed
-            yield
-            if done or time.monotonic() >= deadline:
-                return
-
-    # ---- triggers ---------------------------------------------------------------------------------------
-    def watch(self, condition: str, **thresholds) -> str:
-        """Add a standing "tell me when ..." condition; returns its trigger id. `thresholds` (fire, reset) override
-        the engine's firing rule. It stays with the session: a fresh stream watches it again (under a new id)."""
-        self.touch()
-        if not triggers_available():
-            raise SessionError(TRIGGERS_UNAVAILABLE)
-        condition = condition.strip()
-        if not condition:
-            raise Refused("empty condition")
-        with self._lock:
-            self._check_open()
-            with self._cond:
-                stream = self._stream
-            if stream is not None:
-                tid = self.hub.watch(stream.sid, condition, **thresholds)["id"]
-            else:  # no stream yet: an assistant that the next start() will run
-                if self._prepared is None:
-                    self._prepared = self._new_assistant()
-                try:
-                    tid = self._prepared.watch(condition, **thresholds)
-                except ValueError as e:
-                    raise Refused(str(e)) from None
-            with self._cond:
-                self._conditions[tid] = (condition, thresholds)
-                self._transcript.changed()
-        return tid
-
-    def unwatch(self, trigger_id: str) -> bool:
-        """Remove a standing condition; False if there is none with this id."""
-        self.touch()
-        with self._lock:
-            with self._cond:
-                known = self._conditions.pop(trigger_id, None) is not None
-                sa = self._stream.sa if self._stream is not None else self._prepared
-                self._transcript.changed()
-            if sa is not None and triggers_available():
-                return bool(sa.unwatch(trigger_id)) or known
-        return known
-
-    def triggers(self) -> list[dict]:
-        """The standing conditions: the assistant's view of them when one runs, else the remembered ones."""
-        with self._cond:
-            sa = self._stream.sa if self._stream is not None else self._prepared
-            remembered = [{"trigger_id": t, "condition": c, **th} for t, (c, th) in self._conditions.items()]
-        if sa is not None and triggers_available():
-            return list(sa.triggers())
-        return remembered
-
-    # ---- reading ----------------------------------------------------------------------------------------
-    def poll(self, cursor: int) -> dict:
-        """Outputs (answers, alerts, remarks, status events; not tokens) since `cursor`, and the next cursor.
-        A cursor older than the kept log starts at the oldest kept output."""
-        self.touch()
-        return self._transcript.poll(cursor)
-
-    def status(self) -> dict:
-        """The keys of `streamvid run`'s stats line for the current (or last) stream, and where it stands."""
-        with self._cond:
-            stream = self._stream
-            if stream is None:
-                last = self._last_stats or {}
-                return {**last, **self._base(), "narrate": self.narrate, "running": False, "can_ask": False,
-                        "source": last.get("source")}
-        try:
-            return self._describe(stream, self.hub.status(stream.sid, touch=False))
-        except NotFound:  # closed by the hub (its shutdown)
-            return self._describe(stream, {**stream.sa.stats(), "t_s": round(stream.sa.latest_t_s, 3),
-                                           "running": False, "ended": stream.sa.ended})
-
-    def _base(self) -> dict:
-        return {"type": "stats", "model": model_name(self.config.model), "device": str(self.adapter.device),
-                "last_ttft_ms": self._transcript.last_ttft_ms}
-
-    def _describe(self, stream: Stream, hub_status: dict) -> dict:
-        """The page's stats of `stream`: the hub's status with the page's own keys."""
-        with self._cond:
-            error = stream.error
-        return {**self._base(), **hub_status, "narrate": stream.sa.config.narration.on,
-                "wall_s": round(time.monotonic() - stream.started_s, 2), "source": stream.label,
-                "running": bool(hub_status.get("running")) and error is None and not stream.stopped,
-                "stopped": stream.stopped, "can_ask": error is None and hub_status.get("error") is None,
-                "error": error or hub_status.get("error")}
-
-    def chat(self) -> list[dict]:
-        return self._transcript.chat()
-
-    def alerts(self) -> list[dict]:
-        return self._transcript.alerts()
-
-    def heard(self) -> list[dict]:
-        return self._transcript.heard()
-
     @property
     def assistant(self) -> StreamingAssistant | None:
         """The running stream's assistant, if a stream runs."""
         with self._cond:
             return self._stream.sa if self._stream is not None else None
-
-    def latest_frame(self) -> Frame | None:
-        with self._cond:
-            stream = self._stream
-        try:
-            return self.hub.latest_frame(stream.sid) if stream is not None else None
-        except NotFound:
-            return None
 
     def touch(self) -> None:
         self.last_active_s = time.monotonic()
@@ -349,12 +200,6 @@ class Session(SessionSound):
         if self.voice is not None and not stream.closed:
             self.voice.on_item(item)
 
-    def _asked_on(self, qid: str) -> Stream:
-        """The stream question `qid` was last asked on (with _cond held)."""
-        if qid not in self._asked:
-            raise NotFound(f"no question {qid!r} was asked in this session")
-        return self._asked[qid]
-
     def _new_assistant(self) -> StreamingAssistant:
         """A fresh assistant on the shared model, watching the session's standing conditions (under new ids)."""
         config = self.config if self.config.narration.on == self.narrate else self.config.replace(narrate=self.narrate)
@@ -362,7 +207,7 @@ class Session(SessionSound):
             sa = StreamingAssistant(config, engine=self.engine)
         except EngineFull as e:
             raise Busy(str(e)) from None
-        if self._conditions and triggers_available():
+        if self._conditions:
             with self._cond:
                 conditions = list(self._conditions.values())
                 self._conditions = {sa.watch(c, **th): (c, th) for c, th in conditions}

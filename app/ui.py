@@ -37,7 +37,6 @@ from streamvid_app.chat import alert_text, clock, heard_text, model_name
 from streamvid_app.inputs import VIDEO_SUFFIXES
 from streamvid_app.manager import SessionManager
 from streamvid_app.page_style import ON_LOAD_JS
-from streamvid_app.sessions import triggers_available
 from streamvid_app.voice_ui import voice_panel, wire_voice
 
 REFRESH_S = 1.0  # how often the page's timer refreshes stats, preview, chat and timeline
@@ -144,9 +143,7 @@ def _inputs(manager: SessionManager) -> dict:
 
 
 def _trigger_panel(narrate_default: bool) -> dict:
-    gr.Markdown("**Tell me when …**" + ("" if triggers_available() else
-                                         "  \n*Standing triggers are not available in this version of streamvid: "
-                                         "the assistant has no watch(); questions work.*"))
+    gr.Markdown("**Tell me when …**")
     with gr.Row():
         condition = gr.Textbox(placeholder="a red circle appears", show_label=False, scale=5,
                                elem_id="sv-condition")

@@ -48,7 +48,7 @@ def upscaled(seconds: float, px: int, out: Path) -> Path:
 def ingest(video: Path, repeats: int) -> dict:
     from streamvid.assistant.assistant import StreamingAssistant
     from streamvid.config import EngineConfig
-    from streamvid.media.sources import FileSource
+    from streamvid.media.file_source import FileSource
 
     config = EngineConfig.from_settings(frame_px=112, device="cpu")
     watches = [(0.0, "a red hexagon"), (0.0, "a yellow star")]
@@ -89,7 +89,7 @@ def decode(video: Path, repeats: int) -> dict:
     """CPU time per sampled frame of the source alone (decode, convert): without a full-size consumer, and with
     the ring of an AlertMedia taking every frame."""
     from streamvid.media.alert_media import AlertMedia
-    from streamvid.media.sources import FileSource
+    from streamvid.media.file_source import FileSource
 
     out = {}
     for _ in range(repeats):

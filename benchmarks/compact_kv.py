@@ -30,7 +30,7 @@ from streamvid.eval.score import load_episodes
 from streamvid.kv.budget import KVShape, budgets
 from streamvid.kv.memory import StoredBlock
 from streamvid.kv.positions import layout
-from streamvid.media.sources import FileSource
+from streamvid.media.file_source import FileSource
 from streamvid.types import Question
 
 CHOICES = [("float", 1.0), ("int8", 1.0), ("int4", 1.0), ("int8", 0.75), ("int8", 0.5), ("float", 0.5)]

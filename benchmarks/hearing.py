@@ -196,7 +196,7 @@ def replay_in_process(path: Path) -> list[dict]:
     from streamvid.assistant.assistant import StreamingAssistant
     from streamvid.cli.engine_flags import engine_config, offline_if_local
     from streamvid.cli.main import build_parser
-    from streamvid.media.sources import open_source
+    from streamvid.media.source_spec import open_source
 
     args = build_parser().parse_args(["run", str(path)])
     offline_if_local(args.model)
@@ -216,7 +216,7 @@ def realtime_child(path: str) -> dict:
     from streamvid.assistant.assistant import StreamingAssistant
     from streamvid.cli.engine_flags import engine_config, offline_if_local
     from streamvid.cli.main import build_parser
-    from streamvid.media.sources import open_source
+    from streamvid.media.source_spec import open_source
 
     args = build_parser().parse_args(["run", path, "--realtime"])
     offline_if_local(args.model)
@@ -365,7 +365,7 @@ def bench(work: Path, quick: bool) -> int:
     try:
         from streamvid.audio.asr import load_recognizer
         from streamvid.audio.vad import Segmenter
-        from streamvid.media.sources import FileSource
+        from streamvid.media.file_source import FileSource
 
         sphinx = load_recognizer("pocketsphinx")
         summary["recognition_pocketsphinx"] = {}

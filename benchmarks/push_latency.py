@@ -24,7 +24,8 @@ from pathlib import Path
 from streamvid.assets import DEMO_VIDEOS
 from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.config import BUNDLED_MODEL, EngineConfig
-from streamvid.media.sources import FileSource, PushSource
+from streamvid.media.file_source import FileSource
+from streamvid.media.push_source import PushSource
 
 
 def summary(ms: list[float]) -> dict:

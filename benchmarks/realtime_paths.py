@@ -51,7 +51,7 @@ from serve_load import start_server, stop_server
 
 from streamvid.assets import demo_clip
 from streamvid.config import BUNDLED_MODEL
-from streamvid.media.sources import FileSource
+from streamvid.media.file_source import FileSource
 from streamvid.serve.realtime_input import wav_bytes
 
 RATE = 24000

@@ -39,7 +39,7 @@ from streamvid.adapters.embedders import make_embedder
 from streamvid.config import BUNDLED_MODEL, EngineConfig
 from streamvid.eval.recall import frames_in_span
 from streamvid.eval.score import load_episodes
-from streamvid.media.sources import FileSource
+from streamvid.media.file_source import FileSource
 from streamvid.synth.questions import frames_show, mentions
 from streamvid.synth.world import Timeline
 from streamvid.training.retrieval_recall import RecallTally, recall

@@ -21,7 +21,7 @@ from streamvid.audio.asr import load_recognizer
 from streamvid.audio.vad import Segmenter
 from streamvid.engine.speech_triggers import Listening
 from streamvid.kv.speech_index import holds
-from streamvid.media.sources import FileSource
+from streamvid.media.file_source import FileSource
 
 
 def main() -> None:

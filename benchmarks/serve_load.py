@@ -32,7 +32,7 @@ from PIL import Image
 
 from streamvid.assets import demo_clip, demo_clips
 from streamvid.config import BUNDLED_MODEL
-from streamvid.media.sources import FileSource
+from streamvid.media.file_source import FileSource
 
 MAX_CAMERAS, MAX_SECONDS = 64, 600.0
 HOST = "127.0.0.1"  # loopback only

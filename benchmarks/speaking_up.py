@@ -35,7 +35,7 @@ from streamvid.engine.proactive import ChangeGate
 from streamvid.engine.reasoning import scene_features
 from streamvid.eval.score import load_episodes
 from streamvid.eval.timeliness import Gold, Question, report
-from streamvid.media.sources import FileSource
+from streamvid.media.file_source import FileSource
 
 _PAIR = re.compile(r"Is there an? (\w+) (\w+) now\?")
 

@@ -29,7 +29,7 @@ from streamvid.adapters.base import adapter_for
 from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
 from streamvid.engine.ingest import speech_line
-from streamvid.media.sources import FileSource
+from streamvid.media.file_source import FileSource
 from streamvid.types import Context
 
 SPEECH = ("realtime_said", "backward_said_at_time", "when_said")

@@ -33,7 +33,7 @@ from streamvid.config import EngineConfig
 from streamvid.engine.proactive import ChangeGate, FiringRule, Thresholds
 from streamvid.eval.score import load_episodes
 from streamvid.eval.timeliness import Gold, Question, report
-from streamvid.media.sources import FileSource
+from streamvid.media.file_source import FileSource
 
 
 def record(ep: dict, adapter, cfg: EngineConfig) -> dict:

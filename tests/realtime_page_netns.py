@@ -69,7 +69,7 @@ def main(out: Path, work: Path) -> None:
     from streamvid.assets import demo_clip
     from streamvid.config import EngineConfig
     from streamvid.engine.engine import Engine
-    from streamvid.media.sources import FileSource
+    from streamvid.media.file_source import FileSource
     from streamvid.serve import ServeOptions, build_app
 
     network()

@@ -63,7 +63,7 @@ def fired(big_clip):
     """The bundled model watching the 448-px clip live (a reader thread, the engine's scheduler), media in RAM."""
     from streamvid.assistant.assistant import StreamingAssistant
     from streamvid.config import EngineConfig
-    from streamvid.media.sources import FileSource
+    from streamvid.media.file_source import FileSource
 
     sa = StreamingAssistant(EngineConfig.from_settings(frame_px=112, device="cpu"))
     media = sa.keep_alert_media()
@@ -274,7 +274,7 @@ def test_a_folder_keeps_alerts_across_runs_and_ids_continue(tmp_path):
 
 def test_sources_hand_over_full_size_frames_only_while_asked(big_clip, monkeypatch):
     import streamvid.media.decoding
-    from streamvid.media.sources import FileSource
+    from streamvid.media.file_source import FileSource
 
     calls = []
     to_rgb = streamvid.media.decoding.to_rgb

@@ -19,10 +19,9 @@ from PIL import Image
 from streamvid.assets import DEMO_VIDEOS
 from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
-from streamvid.media.sources import FileSource
+from streamvid.media.file_source import FileSource
 from streamvid_app.manager import SessionManager
 from streamvid_app.server import check_bind, launch, upload_folder
-from streamvid_app.sessions import triggers_available
 from streamvid_app.ui import build_demo
 
 CLIP = "shapes_7"
@@ -133,10 +132,6 @@ def test_watch_a_condition_and_poll_its_alert(server, clip_frames):
     url, _ = server
     client = Client(url, verbose=False)
     client.predict("push", None, api_name="/start")
-    if not triggers_available():
-        with pytest.raises(AppError, match="standing triggers are not available"):
-            client.predict("a green shape", api_name="/watch")
-        return
     # a low firing threshold: this checks the path from /watch to an alert in /poll (the clip's orange circle is
     # on screen from 0.5 s to 14.5 s)
     tid = client.predict("an orange circle", 0.05, 0.0, api_name="/watch")["trigger_id"]

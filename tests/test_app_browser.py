@@ -20,7 +20,7 @@ import pytest
 
 from streamvid.assets import DEMO_VIDEOS
 from streamvid.config import EngineConfig
-from streamvid.media.sources import FileSource
+from streamvid.media.file_source import FileSource
 from streamvid_app.manager import SessionManager
 
 pytestmark = pytest.mark.browser

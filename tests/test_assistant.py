@@ -13,7 +13,8 @@ from conftest import wait_until
 from streamvid.adapters.row_by_row import RowByRow
 from streamvid.assistant.assistant import BusyError, StreamingAssistant
 from streamvid.config import EngineConfig
-from streamvid.media.sources import FileSource, PushSource
+from streamvid.media.file_source import FileSource
+from streamvid.media.push_source import PushSource
 
 
 def _cfg(**kw) -> EngineConfig:

@@ -13,7 +13,7 @@ from streamvid.config import EngineConfig
 from streamvid.kv.budget import KVShape, budgets, stored_block_bytes
 from streamvid.kv.stored_block import StoredBlock
 from streamvid.kv.window import Block
-from streamvid.media.sources import SyntheticSource
+from streamvid.media.synthetic_source import SyntheticSource
 
 # Qwen/Qwen2.5-VL-7B-Instruct config.json (the fields that size the KV cache), as published
 QWEN25_VL_7B = {"model_type": "qwen2_5_vl", "hidden_size": 3584, "num_attention_heads": 28,

@@ -53,7 +53,7 @@ def test_a_second_run_answers_about_the_first_video(tiny_model_dir, tmp_path):
     first = run("run", str(world_mp4()), *common)
     assert first.returncode == 0, first.stderr
     stats = _lines(first)[-1]
-    assert stats["type"] == "stats" and stats["session_saved"]["blocks_in_memory"] > 0
+    assert stats["type"] == "stats" and stats["session_saved"]["blocks_in_memory"] > 0 and stats["autosaves"] == 0
     end_s = stats["session_saved"]["stream_t_s"]
     assert 29.0 <= end_s <= 32.0
 
@@ -70,6 +70,33 @@ def test_a_second_run_answers_about_the_first_video(tiny_model_dir, tmp_path):
     # a question about now: the window alone, which reaches the second video's frame at 3 s
     assert now["retrieved_blocks"] == [] and len(now["evidence_t_s"]) == 1 and now["evidence_t_s"][0][1] >= end_s + 3
     assert lines[-1]["session_saved"]["stream_t_s"] > end_s + 4
+
+
+def test_run_and_served_streams_hold_session_folders_with_one_lock(tiny_model_dir, tmp_path, capsys):
+    """`streamvid run --session` takes its folder as the hub does (hub/session_folders.py): a folder a served stream
+    holds is refused by a run in one line, before the model loads, and a run's folder by the hub."""
+    from streamvid.cli.main import main
+    from streamvid.hub.errors import Conflict
+    from streamvid.hub.session_folders import SessionFolders, StreamSession
+
+    folders = SessionFolders((tmp_path,), None)
+    served = folders.claim(folders.resolve(str(tmp_path / "cam")), resume=False)
+    try:
+        code = main(["run", str(world_mp4()), "--model", str(tiny_model_dir), "--session", str(tmp_path / "cam")])
+        out, err = capsys.readouterr()
+        assert code == 2 and out == ""
+        assert err == (f"streamvid run: error: session {tmp_path / 'cam'} is in use by another streamvid process: "
+                       f"wait for it to end or use another --session folder\n")
+    finally:
+        served.release()
+    ran = StreamSession.take(tmp_path / "run")
+    try:
+        assert not ran.resume and ran.autosaves == 0
+        with pytest.raises(Conflict, match="is in use by another stream"):
+            folders.claim(folders.resolve(str(tmp_path / "run")), resume=False)
+    finally:
+        ran.release()
+    folders.claim(folders.resolve(str(tmp_path / "run")), resume=False).release()  # free once the run let go
 
 
 def test_damaged_session_is_one_line_and_debug_shows_the_traceback(tiny_model_dir, tmp_path):

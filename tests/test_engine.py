@@ -108,7 +108,7 @@ def bundled():
 
 def _clip_frames(clip: str, until_s: float) -> list[Frame]:
     from streamvid.assets import demo_clip
-    from streamvid.media.sources import FileSource
+    from streamvid.media.file_source import FileSource
 
     return [f for f in iter(FileSource(demo_clip(clip), fps=2.0).read, None) if f.t_s < until_s]
 
@@ -277,7 +277,7 @@ def test_a_finished_inputs_short_last_chunk_is_encoded(adapter, seven_frame_clip
     3 s, and covers up to 3.5 s (its last frame plus one frame period). A finished input encodes that short chunk:
     stepped by hand (insert, finish), replayed (run_simulated) and read on the assistant's thread (start)."""
     from streamvid.assistant.assistant import StreamingAssistant
-    from streamvid.media.sources import FileSource
+    from streamvid.media.file_source import FileSource
 
     cfg = _cfg(frames_per_chunk=4, window_tokens=10_000)  # every block stays in the window
     expect = [(0.0, 2.0), (2.0, 3.5)]

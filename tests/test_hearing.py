@@ -30,7 +30,7 @@ from streamvid.audio.vad import WINDOW, Segmenter
 from streamvid.config import EngineConfig
 from streamvid.engine.speech_triggers import Heard, heard_condition
 from streamvid.kv.speech_index import holds, words
-from streamvid.media.sources import FileSource
+from streamvid.media.file_source import FileSource
 
 SPEECH = [(3.0, "where are my keys"), (12.0, "stop"), (20.0, "the keys are on the table")]
 CLIP_S = 30.0
@@ -450,7 +450,7 @@ def _drain(stream):
 def test_a_live_source_demuxes_its_sound_beside_the_frames(talk):
     import threading
 
-    from streamvid.media.sources import LiveSource
+    from streamvid.media.live_source import LiveSource
 
     path, _, placed = talk
     src = LiveSource(str(path), fps=2.0)

@@ -244,3 +244,30 @@ def test_the_demo_flags_reach_the_hub(monkeypatch, capsys):
     assert seen["options"] == HubOptions(max_frame_pixels=1000, allow_private_urls=True, max_outage_s=60.0,
                                          stream_idle_timeout_s=30.0) and seen["max_upload_mb"] == 5.0
     assert "hub made" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--stream-idle-timeout-s", "--idle-timeout-s"])
+def test_the_demo_idle_timeout_takes_serves_name_and_keeps_the_old_one(flag, monkeypatch, capsys):
+    from PIL import Image
+    from streamvid_app.manager import SessionManager
+
+    import streamvid.cli.engine_flags
+    import streamvid.cli.main
+
+    seen = {}
+
+    def standalone(config, options, **kwargs):
+        seen.update(options=options)
+        raise ValueError("hub made")
+
+    monkeypatch.setattr(streamvid.cli.engine_flags, "check_model", lambda model: None)
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", Image.MAX_IMAGE_PIXELS)
+    monkeypatch.setattr(SessionManager, "standalone", standalone)
+    monkeypatch.delenv("STREAMVID_AUTH", raising=False)
+    assert streamvid.cli.main.main(["demo", "--host", "127.0.0.1", flag, "45"]) == 2
+    assert seen.pop("options").stream_idle_timeout_s == 45.0 and "hub made" in capsys.readouterr().err
+    assert streamvid.cli.main.main(["demo", "--host", "127.0.0.1", flag, "0"]) == 2
+    assert seen.pop("options").stream_idle_timeout_s is None and "hub made" in capsys.readouterr().err  # 0: never
+    assert streamvid.cli.main.main(["demo", "--host", "127.0.0.1", flag, "-1"]) == 2
+    assert "options" not in seen and capsys.readouterr().err == (
+        "streamvid demo: error: --stream-idle-timeout-s must be a number of seconds >= 0 (0: never), got -1.0\n")

@@ -23,7 +23,8 @@ from streamvid.config import SETTINGS, EngineConfig
 from streamvid.engine.reasoning import stream_times
 from streamvid.eval.score import load_episodes
 from streamvid.language import user_text
-from streamvid.media.sources import PushSource, SyntheticSource
+from streamvid.media.push_source import PushSource
+from streamvid.media.synthetic_source import SyntheticSource
 
 # no per-example deadline anywhere (the suite's profile, conftest.py); the properties that write files or run the
 # engine also say so themselves, with a bounded max_examples

@@ -180,7 +180,7 @@ def test_bundled_model_answers_memory_questions_the_same_from_int8_memory(bundle
     blocks and all but at most one answer the same (on 900 held-out questions int4 changed 46 answers and memory
     accuracy by half a point, benchmarks/RESULTS.md)."""
     from streamvid.assistant.assistant import StreamingAssistant
-    from streamvid.media.sources import FileSource
+    from streamvid.media.file_source import FileSource
 
     video, qs = memory_questions()
     assert len(qs) == 18

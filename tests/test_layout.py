@@ -22,9 +22,6 @@ LONG_MODULES = {
     "streamvid/assistant/session_store.py",
     "streamvid/engine/engine.py",
     "streamvid/engine/reasoning.py",
-    "streamvid/hub/hub.py",
-    "streamvid/media/sources.py",
-    "app/sessions.py",
 }
 
 

@@ -154,7 +154,7 @@ def rebase_runs():
     from streamvid.config import BUNDLED_MODEL, EngineConfig
     from streamvid.eval.score import load_episodes
     from streamvid.kv.window import KVWindow
-    from streamvid.media.sources import FileSource
+    from streamvid.media.file_source import FileSource
 
     adapter = load_adapter(str(BUNDLED_MODEL))
     episode = load_episodes(DEMO_VIDEOS / "shapes_7" / "episodes.jsonl")[0]

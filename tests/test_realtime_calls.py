@@ -29,7 +29,7 @@ from serve_helpers import frames_taken, running, spoken, wait_until
 from streamvid.config import EngineConfig
 from streamvid.engine.engine import Engine
 from streamvid.eval.wer import words
-from streamvid.media.sources import FileSource
+from streamvid.media.file_source import FileSource
 from streamvid.serve import ServeOptions, build_app, realtime_calls
 
 openai = pytest.importorskip("openai")

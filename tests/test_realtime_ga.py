@@ -23,7 +23,7 @@ from serve_helpers import engine_answer, frames_taken, png, running, spoken, wai
 from streamvid.config import EngineConfig
 from streamvid.engine.engine import Engine
 from streamvid.eval.wer import words
-from streamvid.media.sources import FileSource
+from streamvid.media.file_source import FileSource
 from streamvid.serve import ServeOptions, build_app
 from streamvid.serve.client_secrets import ClientSecrets
 

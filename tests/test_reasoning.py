@@ -145,7 +145,7 @@ def test_questions_do_not_change_the_chunking_and_answers_end_on_the_latest_fram
     """Questions between chunk boundaries leave the window and memory exactly as a run without questions has them
     (the same chunks, the same KV); each answer's context ends with a block of the frames since the last whole
     chunk (the latest frame alone at a boundary), equal to encoding those frames, padded, on top of the window."""
-    from streamvid.media.sources import SyntheticSource
+    from streamvid.media.synthetic_source import SyntheticSource
 
     frames = [random_frames(1, seed=300 + i)[0] for i in range(24)]  # 2 fps: 12 s, 12 chunks
 

@@ -22,7 +22,9 @@ from PIL import Image
 
 from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
-from streamvid.media.sources import RECONNECT_BACKOFF_S, RECONNECT_HEALTHY_S, THREAD_NAME, LiveSource, open_source
+from streamvid.media.frame_source import THREAD_NAME
+from streamvid.media.live_source import RECONNECT_BACKOFF_S, RECONNECT_HEALTHY_S, LiveSource
+from streamvid.media.source_spec import open_source
 
 WAIT_S = 60.0  # generous bound for events on a loaded machine
 

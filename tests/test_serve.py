@@ -25,7 +25,7 @@ from PIL import Image
 
 from streamvid.config import EngineConfig
 from streamvid.engine.engine import Engine
-from streamvid.media.sources import FileSource
+from streamvid.media.file_source import FileSource
 from streamvid.serve import ServeOptions, build_app
 from streamvid.serve.web import event_name
 from conftest import random_frames

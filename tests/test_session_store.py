@@ -28,7 +28,7 @@ from streamvid.assistant import session_store
 from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.assistant.session_store import SnapshotError
 from streamvid.config import EngineConfig
-from streamvid.media.sources import SyntheticSource
+from streamvid.media.synthetic_source import SyntheticSource
 
 FPS = 2.0
 N1, N2 = 24, 10  # frames before and after the restart
@@ -172,7 +172,7 @@ CHILD = textwrap.dedent('''
     from streamvid.assistant import session_store
     from streamvid.assistant.assistant import StreamingAssistant
     from streamvid.config import EngineConfig
-    from streamvid.media.sources import SyntheticSource
+    from streamvid.media.synthetic_source import SyntheticSource
 
     model, directory, stage = sys.argv[1:4]
     rng = np.random.default_rng(5)

@@ -15,7 +15,7 @@ import numpy as np
 
 from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
-from streamvid.media.sources import SyntheticSource
+from streamvid.media.synthetic_source import SyntheticSource
 
 STREAM_S = 3 * 3600.0
 FPS = 1.0  # one chunk of 2 frames per 2 s of stream: 5,400 chunks (about 9 KB of KV each) in 3 hours

@@ -14,9 +14,13 @@ import numpy as np
 import pytest
 
 import streamvid.media.decoding
-import streamvid.media.sources
+import streamvid.media.file_source
 from streamvid.media.decoding import FrameTooLarge
-from streamvid.media.sources import FileSource, LiveSource, PushSource, SyntheticSource, open_source
+from streamvid.media.file_source import FileSource
+from streamvid.media.live_source import LiveSource
+from streamvid.media.push_source import PushSource
+from streamvid.media.source_spec import open_source
+from streamvid.media.synthetic_source import SyntheticSource
 from streamvid.types import Frame
 
 VIDEO_FPS, VIDEO_S, VIDEO_PX = 10, 3, 64
@@ -143,17 +147,17 @@ def test_push_source_latest_wins_drops_and_close():
     assert source.dropped == 2
 
 
-def test_push_source_wall_clock_times_max_age_and_bad_image():
+def test_push_source_max_age_and_bad_image():
     source = PushSource(fps=1000, max_age_s=0.05)
-    source.push(np.zeros((2, 2, 3), np.uint8))
-    assert source.read().t_s == pytest.approx(0.0, abs=0.01)
+    source.push(np.zeros((2, 2, 3), np.uint8), t_s=0.0)
+    assert source.read().t_s == 0.0
     source.push(np.zeros((2, 2, 3), np.uint8), t_s=1.0)
     time.sleep(0.1)
     with pytest.raises(TimeoutError):
         source.read(timeout_s=0.05)  # the pending frame went stale
     assert source.dropped == 1
     with pytest.raises(ValueError, match=r"expected an \(H, W, 3\) uint8 RGB image, got shape \(2, 2\)"):
-        source.push(np.zeros((2, 2), np.uint8))
+        source.push(np.zeros((2, 2), np.uint8), t_s=2.0)
 
 
 def test_synthetic_source():
@@ -252,7 +256,7 @@ def test_real_video_from_gradio(size):
 # ---- frame-size cap ----------------------------------------------------------------------------------------------
 def test_a_video_above_the_frame_pixel_cap_is_refused_before_any_frame_is_decoded(video, monkeypatch):
     decoders = []
-    monkeypatch.setattr(streamvid.media.sources, "decode_frames", lambda *args, **kwargs: decoders.append(args))
+    monkeypatch.setattr(streamvid.media.file_source, "decode_frames", lambda *args, **kwargs: decoders.append(args))
     with pytest.raises(FrameTooLarge) as refused:
         FileSource(video, fps=2, max_frame_pixels=VIDEO_PX * VIDEO_PX - 1)
     assert str(refused.value) == "video frames are 64x64 = 4096 pixels, above the 4095-pixel cap (--max-frame-pixels)"

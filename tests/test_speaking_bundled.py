@@ -13,7 +13,7 @@ from streamvid.assets import DEMO_VIDEOS
 from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.config import BUNDLED_MODEL, EngineConfig
 from streamvid.eval.score import load_episodes
-from streamvid.media.sources import FileSource
+from streamvid.media.file_source import FileSource
 
 DEMO = DEMO_VIDEOS / "shapes_7"
 pytestmark = pytest.mark.slow

@@ -24,7 +24,7 @@ from streamvid.adapters.row_by_row import RowByRow
 from streamvid.assets import DEMO_VIDEOS
 from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
-from streamvid.media.sources import FileSource
+from streamvid.media.file_source import FileSource
 from streamvid.types import Output, Question
 
 DEMO = DEMO_VIDEOS / "shapes_7"

@@ -246,7 +246,7 @@ def _reencode(adapter, cfg: BenchConfig, frames: list[np.ndarray], log) -> dict:
 
 def _interference(adapter, cfg: BenchConfig, frames: list[np.ndarray], log) -> dict:
     from streamvid.assistant.assistant import StreamingAssistant
-    from streamvid.media.sources import SyntheticSource
+    from streamvid.media.synthetic_source import SyntheticSource
 
     n = int(cfg.interference_s * cfg.fps)
     source = SyntheticSource(lambda i, t: frames[i % len(frames)], cfg.fps, n, live=True)

@@ -72,7 +72,7 @@ def run_streams(adapter, engine_config, cfg: StreamsConfig, frames: list[np.ndar
 def _real_time(adapter, config, cfg: StreamsConfig, n: int, frames: list[np.ndarray]) -> dict:
     from streamvid.assistant.assistant import BusyError, StreamingAssistant
     from streamvid.engine.engine import Engine
-    from streamvid.media.sources import SyntheticSource
+    from streamvid.media.synthetic_source import SyntheticSource
 
     engine = Engine(config, adapter)
     n_frames = int(cfg.seconds * cfg.fps)

@@ -189,37 +189,35 @@ def cmd_run(args: argparse.Namespace) -> int:
     watches = sorted(args.watch, key=lambda a: a[0])
     check_within_file(args.video, asks)
     t0 = time.perf_counter()
-    from streamvid.assistant import session_store
+    from streamvid.hub.session_folders import StreamSession
 
-    lock = session_store.SessionLock(args.session) if args.session else None
+    # the session folder's lifecycle is the hub's (one lock, resume, autosaves), on any folder
+    session = StreamSession.take(args.session, args.autosave_s) if args.session else None
     try:
-        return _run(args, cfg, asks, watches, t0)
+        return _run(args, cfg, asks, watches, t0, session)
     finally:
-        if lock is not None:
-            lock.release()
+        if session is not None:
+            session.release()
 
 
 def _run(args: argparse.Namespace, cfg, asks: list[tuple[float, str]], watches: list[tuple[float, str]],
-         t0: float) -> int:
+         t0: float, session) -> int:
     """One `streamvid run`: a fresh or resumed session; outputs, then (Ctrl-C or not) the final stats line, and the
     session saved when --session is given. 130 after Ctrl-C, else 0."""
-    from streamvid.assistant import session_store
     from streamvid.assistant.assistant import StreamingAssistant
-    from streamvid.media.sources import open_source
+    from streamvid.media.source_spec import open_source
 
-    resumed = args.session is not None and session_store.has_session(args.session)
-    sa = StreamingAssistant.resume(args.session, cfg) if resumed else StreamingAssistant(cfg)
+    sa = session.assistant(cfg) if session is not None else StreamingAssistant(cfg)
     if args.alert_media is not None:
         sa.keep_alert_media(args.alert_media)
-    autosaver = None
     interrupted = False
     saved = None
     try:
-        if resumed:
+        if session is not None and session.resume:
             print_json({"type": "status", "event": "session_resumed", "t_s": round(sa.stream_offset_s, 3),
                     "session": str(args.session), "blocks_in_memory": len(sa.memory) if sa.memory else 0})
-        if args.session is not None and args.autosave_s:
-            autosaver = session_store.Autosaver(lambda: sa.save(args.session), args.autosave_s)
+        if session is not None:
+            session.start_autosave(sa)
         try:
             # opened once the model is loaded and warm: a live source starts its clock when opened
             sa.engine.warm_up()
@@ -236,15 +234,15 @@ def _run(args: argparse.Namespace, cfg, asks: list[tuple[float, str]], watches: 
         except KeyboardInterrupt:
             interrupted = True
     finally:
-        if autosaver is not None:
-            autosaver.stop()
+        if session is not None:
+            session.stop_autosave()
         done = sa.stats()
         changed = done["frames_in"] > 0 or done["questions_answered"] > 0
-        saved = sa.stop(save_to=args.session if args.session is not None and changed else None)
+        saved = sa.stop(save_to=session.folder if session is not None and changed else None)
     stats = {"type": "stats", **sa.stats(), "wall_s": round(time.perf_counter() - t0, 2)}
-    if args.session is not None:
+    if session is not None:
         stats["session_saved"] = saved
-        stats["autosaves"] = autosaver.saves if autosaver is not None else 0
+        stats["autosaves"] = session.autosaves
     if interrupted:
         stats["interrupted"] = True
     print_json(stats)

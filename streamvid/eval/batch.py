@@ -75,7 +75,7 @@ class _Runner:
         return StreamingAssistant(self.config, adapter=self.adapter)
 
     def _file(self):
-        from streamvid.media.sources import FileSource
+        from streamvid.media.file_source import FileSource
 
         v = self.ep["video"]
         return FileSource(v["path"], fps=self.config.fps, t_start_s=v.get("t_start") or 0.0, t_end_s=v.get("t_end"),

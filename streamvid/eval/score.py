@@ -139,7 +139,7 @@ def _question_text(event: dict) -> str:
 def run_episodes(episodes: list[dict], config: EngineConfig, trace_path: str | Path) -> None:
     from streamvid.adapters.base import adapter_for
     from streamvid.assistant.assistant import StreamingAssistant
-    from streamvid.media.sources import FileSource
+    from streamvid.media.file_source import FileSource
 
     adapter = adapter_for(config)
     with open(trace_path, "w") as trace:

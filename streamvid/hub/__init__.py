@@ -11,8 +11,9 @@ The hub lives in the library, outside `serve`, because it knows no transport (it
 each transport maps onto its own answers) and because the web app, which the library never imports, is one of its
 clients.
 
-    hub.py              the streams: open (source policy, session folders, URL opening), frames, questions,
-                        watches, status, close, idle reaping
+    hub.py              the streams by id: open, frames, questions, watches, status, close, idle reaping
+    lifecycle.py        a stream's life: opened (source policy, session folder, URL opening, a failed open),
+                        stopped (the last save, joins, "closed" to every reader)
     fanout.py           a stream's one consumer of its outputs, offered to every reader
     alert_access.py     the snapshot and clip behind each alert, recent frames an answer cites
     subscriber.py       one reader's bounded queue

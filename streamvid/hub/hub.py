@@ -21,7 +21,8 @@ URL ends, "error" when the stream's work failed, and "closed" when the stream is
 subscriber's `get` returns CLOSED.
 
 A URL source opens off the caller's path: `open` looks its host up (the policy's check) on the caller's thread,
-lists the stream in state "opening" and returns; its connect and probe run on `opener` (opening.py). The stream goes
+lists the stream in state "opening" and returns; its connect and probe run on `opener` (opening.py; the open and
+the close themselves are lifecycle.py's). The stream goes
 "live" when its source is open, or "failed" with a one-line `error` when the open fails or has not finished
 `options.source_open_timeout_s` after `open` was called. Clips, files and "push" open before `open` returns.
 
@@ -40,32 +41,29 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets
-import threading
 import time
 from collections.abc import Callable
 
-import streamvid.hub.alert_access as alert_access
-import streamvid.hub.fanout as fanout
+import streamvid.hub.lifecycle as lifecycle
 import streamvid.hub.pushed_frames as pushed_frames
 import streamvid.hub.sound as sound
 import streamvid.hub.validation as validation
 from streamvid.assistant.assistant import StreamingAssistant
-from streamvid.engine.engine import EngineFull
 from streamvid.hub.alert_access import AlertAccess
-from streamvid.hub.errors import Busy, Conflict, HubError, NotFound, Refused, Timeout
+from streamvid.hub.errors import Conflict, NotFound
 from streamvid.hub.opening import OpenPool
 from streamvid.hub.options import HubOptions
-from streamvid.hub.policy import SourcePolicy, Target
+from streamvid.hub.policy import SourcePolicy
 from streamvid.hub.registry import Registry
-from streamvid.hub.session_folders import SESSION_MARK, SessionFolders
-from streamvid.hub.shown import finite, redact
-from streamvid.hub.stream import FrameTap, HubStream
+from streamvid.hub.session_folders import SessionFolders
+from streamvid.hub.shown import finite
+from streamvid.hub.stream import HubStream
 from streamvid.hub.subscriber import CLOSED, Subscriber
 from streamvid.language.user_text import clean
 from streamvid.periodic import Periodic
 
 log = logging.getLogger(__name__)
+
 
 class Hub(AlertAccess):
     """The streams of one engine by id; ids start with `prefix` (a replica's, under Ray) and end with `tag(id)` when
@@ -100,136 +98,8 @@ class Hub(AlertAccess):
         hub's engine (else a fresh one); `listener`: called with every output on the fan-out thread. A clip, a file
         or "push" opens before this returns (state "live"). A URL's host is looked up here, then the stream is
         listed in state "opening" and its source connects and is probed: on `opener` after this returns, or, with
-        `listed`, on this thread after `listed(info)` was called."""
-        called_s = time.monotonic()
-        fps = validation.fps(self.config.fps if fps is None else fps, self.options.max_fps)
-        validation.path_text(source, "source")
-        validation.path_text(session_dir, "session_dir")
-        if not isinstance(resume, bool) or (resume and session_dir is None):
-            raise Refused('"resume": true needs the "session_dir" the stream was saved in')
-        try:
-            target = source if isinstance(source, Target) else self.policy.resolve(source)
-            target.policy.check(target)  # a private or unresolvable host is refused before a slot is taken
-        except HubError as e:
-            raise type(e)(redact(e.message)) from None
-        timeout = self.options.source_open_timeout_s
-        if target.kind == "url" and time.monotonic() - called_s >= timeout:
-            raise Timeout(f"the source did not open within {timeout:g} s (--source-open-timeout-s): its host name "
-                          f"did not resolve in time")
-        self.streams.room(client)
-        folder = self.folders.resolve(session_dir) if session_dir is not None else None
-        session = self.folders.claim(folder, resume) if folder is not None else None
-        config = self.config if fps == self.config.fps else self.config.replace(fps=fps)
-        sa, src = assistant, None
-        try:
-            try:
-                if sa is None:
-                    sa = (session.assistant(config, self.engine) if session
-                          else StreamingAssistant(config, engine=self.engine))
-            except EngineFull as e:
-                raise Busy(str(e)) from None
-            alert_access.keep(sa, session, self.options.alert_media)
-            s = self._new(sa, target, fps, session, client, listener)
-            if target.kind == "url":
-                s.opening, s.started, s.open_deadline = True, False, called_s + timeout
-                if listed is None:
-                    info = self._add(s)
-                    try:
-                        self.opener.submit(self._open_source, s, target)  # Unavailable: too many opening
-                    except BaseException:
-                        self.streams.pop(s.id, s)
-                        s.done.set()
-                        raise
-                    return info
-            else:
-                src = s.tap = FrameTap(target.open(fps))
-                s.push = src.inner if target.kind == "push" else None
-                sa.start(src)
-                info = self._add(s)
-        except BaseException:
-            if sa is not None:
-                sa.stop()
-            if src is not None:
-                src.close()
-            if session is not None:
-                session.release()
-            raise
-        if target.kind != "url":
-            if session is not None:
-                session.start_autosave(sa)
-            return info
-        try:  # opened on this thread once the caller has the listed stream's info
-            listed(self._add(s))
-        finally:
-            self._open_source(s, target)
-        return s.info()
-
-    def _new(self, sa, target: Target, fps: float, session, client: str, listener) -> HubStream:
-        sid = f"{self.prefix}{SESSION_MARK if session else ''}{secrets.token_hex(6)}"
-        if self.tag is not None:
-            sid += self.tag(sid)
-        return HubStream(sid, sa, target.kind, redact(target.label), fps, int(time.time()), client=client,
-                         session=session, listener=listener, links=self.links)
-
-    def _add(self, s: HubStream) -> dict:
-        """List the stream (Busy past the caps) and start its fan-out thread; its info."""
-        self.streams.add(s.id, s)
-        s.thread = threading.Thread(target=fanout.run, args=(s, self.webhooks, self._fail_open_late),
-                                    name="streamvid-hub-fanout", daemon=True)
-        s.thread.start()
-        return s.info()
-
-    def _open_source(self, s: HubStream, target: Target) -> None:
-        """On an `opener` thread: open the stream's URL source (connect, probe) and start the stream on it, unless
-        the stream failed (its deadline) or closed meanwhile: then the source is closed unused."""
-        try:
-            src = FrameTap(target.open(s.fps))
-        except Exception as e:  # noqa: BLE001 - a refused or unreachable source (or anything else) fails the stream
-            late = time.monotonic() >= s.open_deadline  # (ffmpeg's own timeout, at about the same time)
-            self._fail_open(s, self._too_late() if late else _message(e))
-            return
-        reason = "the stream closed while its source opened"
-        with s.lock:  # (not held while the source opened)
-            start = s.opening and not s.done.is_set()
-            if start:
-                try:
-                    s.sa.start(src)
-                except Exception as e:  # noqa: BLE001
-                    start, reason = False, _message(e)
-                else:
-                    s.tap, s.started, s.opening = src, True, False
-                    if s.session is not None:
-                        s.session.start_autosave(s.sa)
-        if not start:
-            src.close()
-            if s.opening:
-                self._fail_open(s, reason)
-        s.opened.set()
-
-    def _fail_open(self, s: HubStream, reason: str) -> None:
-        """The stream's source did not open: it is "failed" with `reason` (kept listed until it is closed), its
-        engine slot and session folder are given back, its readers get an error event."""
-        reason = redact(reason)
-        with s.lock:
-            if not s.opening:
-                return
-            s.opening, s.error = False, reason
-        s.opened.set()
-        log.warning("stream %s failed to open its source: %s", s.id, reason)
-        fanout.publish(s, {"type": "status", "event": "error", "t_s": round(s.sa.latest_t_s, 3), "message": reason})
-        try:
-            s.sa.stop()
-        except RuntimeError:
-            pass
-        if s.session is not None:
-            s.session.release()
-
-    def _fail_open_late(self, s: HubStream) -> None:
-        self._fail_open(s, self._too_late())
-
-    def _too_late(self) -> str:
-        return (f"the source did not open within {self.options.source_open_timeout_s:g} s "
-                f"(--source-open-timeout-s)")
+        `listed`, on this thread after `listed(info)` was called (lifecycle.py)."""
+        return lifecycle.open_stream(self, source, fps, session_dir, resume, listed, client, assistant, listener)
 
     def get(self, sid: str, touch: bool = True) -> HubStream:
         """The stream (with `touch`, a request about it: its idle clock starts again); NotFound."""
@@ -247,13 +117,7 @@ class Hub(AlertAccess):
     def status(self, sid: str, touch: bool = True) -> dict:
         """Its info and stats (the keys of `streamvid run`'s stats line); `touch=False`: a look that is not a
         request (a page's refresh)."""
-        return self._status(self.get(sid, touch))
-
-    def _status(self, s: HubStream) -> dict:
-        extra = {"session": s.session.info()} if s.session is not None else {}
-        return finite({**s.info(), **s.sa.stats(), "t_s": round(s.sa.latest_t_s, 3), "running": s.state() == "live",
-                       "ended": s.sa.ended, "error": s.error, "triggers": len(s.sa.triggers()),
-                       "limits": s.sa.limits(), **extra})
+        return lifecycle.status(self.get(sid, touch))
 
     def latest_frame(self, sid: str):
         """The last frame the stream's assistant read (None before the first); not a request."""
@@ -265,7 +129,7 @@ class Hub(AlertAccess):
         s = self.streams.pop(sid) if isinstance(sid, str) else None
         if s is None:
             raise NotFound(f"no stream {str(sid)[:100]!r} on this server (it was never opened, or was deleted)")
-        return self._stop(s)
+        return lifecycle.stop_stream(self, s)
 
     def reap_idle(self, now: float | None = None) -> list[dict]:
         """Close every stream that has had no request and no reader for options.stream_idle_timeout_s (as of `now`,
@@ -276,43 +140,11 @@ class Hub(AlertAccess):
         now = self.clock() if now is None else now
         finals = []
         for s in self.streams.take_idle(now, timeout, busy=HubStream.watched):
-            final = self._stop(s, reason="idle")
+            final = lifecycle.stop_stream(self, s, reason="idle")
             log.warning("closed stream %s after %.0f s without frames, questions or reads; final stats: %s", s.id,
                         now - s.last_active_s, json.dumps(final, allow_nan=False))
             finals.append(final)
         return finals
-
-    def _stop(self, s: HubStream, reason: str = "deleted") -> dict:
-        with s.lock:  # a source still opening is closed unused when it opens (see _open_source)
-            s.done.set()
-            s.opening = False
-            started = s.started
-        s.opened.set()
-        if s.session is not None and started:
-            s.session.save_final(s.sa)  # before the stream's state is released; never raises
-        try:
-            s.sa.stop()
-        except RuntimeError as e:  # the stream's work had failed and nobody had read it yet
-            s.error = s.error or redact(str(e))
-        if s.session is not None:
-            s.session.release()
-        if s.thread is not None:
-            s.thread.join(timeout=self.config.join_timeout_s + 2 * fanout.WAIT_S)
-        try:
-            for out in s.sa.outputs(timeout_s=0.0):  # what came after the fan-out stopped
-                fanout.deliver(s, out, self.webhooks)
-        except RuntimeError as e:
-            s.error = s.error or redact(str(e))
-        final = {**self._status(s), "running": False, "deleted": True, "reason": reason}
-        why = {"reason": reason} if reason != "deleted" else {}  # (a client's own delete needs no reason)
-        fanout.publish(s, {"type": "status", "event": "closed", "t_s": final["t_s"], **why})
-        with s.lock:
-            subscribers = list(s.subscribers)
-            s.subscribers.clear()
-            s.listener = None
-        for sub in subscribers:
-            sub.offer(CLOSED)
-        return final
 
     def shutdown(self) -> None:
         if self._reaper is not None:
@@ -320,7 +152,7 @@ class Hub(AlertAccess):
         self.opener.shutdown()
         for s in self.streams.take_all():
             try:
-                self._stop(s)
+                lifecycle.stop_stream(self, s)
             except Exception:  # noqa: BLE001 - one stream's failure must not keep the others running
                 pass
         if self.webhooks is not None:
@@ -400,7 +232,3 @@ class Hub(AlertAccess):
             with s.lock:
                 s.subscribers.discard(sub)
 
-
-def _message(e: BaseException) -> str:
-    """One line for a source that did not open."""
-    return e.message if isinstance(e, HubError) else f"internal error: {type(e).__name__}: {e}"

@@ -38,9 +38,12 @@ from streamvid.assets import demo_clips
 from streamvid.hub.errors import Refused
 from streamvid.hub.images import DEFAULT_MAX_PIXELS
 from streamvid.media.decoding import FrameTooLarge, open_container
+from streamvid.media.file_source import FileSource
+from streamvid.media.frame_source import FrameSource
+from streamvid.media.live_source import LIVE_OPEN_TIMEOUT_S, MAX_OUTAGE_S, LiveSource
 from streamvid.media.net_policy import AddressRefused, UrlGuard, public_address
-from streamvid.media.sources import (LIVE_OPEN_TIMEOUT_S, MAX_OUTAGE_S, FileSource, FrameSource, LiveSource, PushSource,
-                               open_source)
+from streamvid.media.push_source import PushSource
+from streamvid.media.source_spec import open_source
 
 VIDEO_SUFFIXES = (".mp4", ".m4v", ".mov", ".webm", ".mkv", ".avi")
 URL_SCHEMES = ("rtsp", "rtsps", "rtmp", "rtmps", "http", "https")

@@ -1,11 +1,13 @@
-"""Session folders of served streams: a stream opened with a `session_dir` is saved there (every
-`HubOptions.session_save_s` and when it closes) with the library's session snapshots
-(streamvid.assistant.session_store), and can be resumed from there: by the same server after a restart, or by another Ray replica after the one that
-held it died.
+"""Session folders: a stream's snapshots (streamvid.assistant.session_store) in a folder it holds for as long as it
+runs: resumed from there when the folder holds a session, saved there periodically and once more at the end. One
+lifecycle for both users: the hub's streams (a `session_dir` inside an --allow-dir folder, saved every
+`HubOptions.session_save_s` and when the stream closes; resumed by the same server after a restart, or by another Ray
+replica after the one that held it died) and `streamvid run --session DIR [--autosave-s S]`.
 
     folders = SessionFolders(policy.allow_dirs, save_every_s=60.0)
     folder = folders.resolve("/srv/streamvid/cam1")   # NotAllowed unless inside an --allow-dir folder
     session = folders.claim(folder, resume=True)       # the folder's lock; NotFound / Conflict saying why not
+    session = StreamSession.take(Path("s1"), 30.0)      # (`streamvid run`: any folder; resumed when it holds one)
     sa = session.assistant(config, engine)             # a fresh StreamingAssistant, or the saved one resumed
     session.start_autosave(sa)
     ...
@@ -142,21 +144,37 @@ class StreamSession:
         self.last: dict | None = None  # what the last save returned (session_store.save)
         self.error: str | None = None  # why the last save failed
 
-    def assistant(self, config, engine):
-        """A new StreamingAssistant on `engine`: the saved session continued (its window, memory, clock and
-        dialogue) when resuming, else a fresh one. Refused for a snapshot that cannot be resumed."""
+    @classmethod
+    def take(cls, folder: Path, save_every_s: float | None = None) -> StreamSession:
+        """Any folder, for one process's stream (`streamvid run --session`): made if missing and locked
+        (session_store.SnapshotError, one line, while another process holds it); resumed when it holds a saved
+        session, else started there."""
+        lock = session_store.SessionLock(folder)
+        return cls(folder, lock, session_store.has_session(folder), save_every_s)
+
+    def assistant(self, config, engine=None):
+        """A new StreamingAssistant on `engine` (None: one of its own): the saved session continued (its window,
+        memory, clock and dialogue) when resuming, else a fresh one. session_store.SnapshotError (one line) for a
+        snapshot that cannot be resumed."""
         from streamvid.assistant.assistant import StreamingAssistant
 
         if not self.resume:
             return StreamingAssistant(config, engine=engine)
-        try:
-            return StreamingAssistant.resume(self.folder, config, engine=engine)
-        except session_store.SnapshotError as e:
-            raise Refused(f"cannot resume: {e}") from None
+        return StreamingAssistant.resume(self.folder, config, engine=engine)
 
     def start_autosave(self, sa) -> None:
         if self.save_every_s:
             self._autosaver = session_store.Autosaver(lambda: self._save(sa), self.save_every_s)
+
+    def stop_autosave(self) -> None:
+        """No more periodic saves (the one under way finishes first)."""
+        if self._autosaver is not None:
+            self._autosaver.stop()
+
+    @property
+    def autosaves(self) -> int:
+        """Periodic saves done so far (the final save not counted)."""
+        return self._autosaver.saves if self._autosaver is not None else 0
 
     def _save(self, sa) -> dict:
         try:
@@ -172,8 +190,7 @@ class StreamSession:
 
     def save_final(self, sa) -> None:
         """Stop the autosaves and save once more; a failure is logged and kept in `info()`."""
-        if self._autosaver is not None:
-            self._autosaver.stop()
+        self.stop_autosave()
         try:
             self._save(sa)
         except Exception as e:  # noqa: BLE001 - the stream closes anyway; the previous snapshot stays

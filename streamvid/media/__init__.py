@@ -10,7 +10,7 @@ __all__ = ["FrameSource", "open_source"]
 def __getattr__(name: str):  # lazily: importing streamvid.media imports none of its modules
     import importlib
 
-    where = {"FrameSource": "sources", "open_source": "sources"}
+    where = {"FrameSource": "frame_source", "open_source": "source_spec"}
     if name in where:
         return getattr(importlib.import_module(f"streamvid.media.{where[name]}"), name)
     raise AttributeError(name)

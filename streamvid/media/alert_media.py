@@ -8,7 +8,7 @@
     media.list()                                 # every alert kept: ids, times, what is ready
     media.frame_at(12.5)                         # a recent frame at the source's size (an answer's evidence)
 
-The stream's source hands each sampled frame at its own size (sources.py `on_full_frame`) to `put`, which keeps
+The stream's source hands each sampled frame at its own size (frame_source.py `on_full_frame`) to `put`, which keeps
 them in a FrameRing bounded in seconds (before_s + after_s) and bytes (`ring_mb`). When an alert is emitted
 (`record`, on the scheduler's thread) it gets its id ("a0", "a1", ...) and its snapshot: the frame at the alert's
 `t_s` (the last frame of the chunk the trigger fired on). Its clip holds the frames in [t_s - before_s,

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from streamvid.language.scope import about_now
-from streamvid.media.sources import FileSource
+from streamvid.media.file_source import FileSource
 from streamvid.synth.questions import QA, describe, frames_show, mentions, sample_qa
 from streamvid.synth.world import CELL_PX, COLOURS, SHAPES, Timeline, generate, shape_mask, write_mp4
 
