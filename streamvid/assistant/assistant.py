@@ -419,7 +419,7 @@ class StreamingAssistant:
         self.stream.finish()
 
     def _tap(self, source) -> None:
-        """With alert media kept, a source that can hand over its frames at full size does (sources.py)."""
+        """With alert media kept, a source that can hand over its frames at full size does (media/frame_source.py)."""
         if self.alert_media is not None and hasattr(source, "on_full_frame"):
             source.on_full_frame = self._full_frame
             self._full_frames = True
