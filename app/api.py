@@ -20,7 +20,7 @@ import functools
 import gradio as gr
 
 from streamvid.hub import validation
-from streamvid.hub.errors import ArgumentError, HubError, Refused
+from streamvid.errors import ArgumentError, HubError, Refused
 from streamvid_app.chat import model_name
 from streamvid_app.inputs import VIDEO_SUFFIXES
 from streamvid_app.manager import SessionManager

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 
-from streamvid.hub.errors import HubError, NotFound, Refused
+from streamvid.errors import HubError, NotFound, Refused
 from streamvid_app.transcript import Stream
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from streamvid.hub.errors import NotFound
+from streamvid.errors import NotFound
 from streamvid.types import Frame
 from streamvid_app.chat import model_name
 from streamvid_app.transcript import Stream

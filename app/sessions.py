@@ -34,7 +34,7 @@ import time
 
 from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.engine.engine import EngineFull
-from streamvid.hub.errors import Busy, HubError, NotFound, Refused
+from streamvid.errors import Busy, HubError, NotFound, Refused
 from streamvid.hub.hub import Hub
 from streamvid.hub.policy import SourcePolicy, Target
 from streamvid.hub.shown import redact

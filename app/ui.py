@@ -22,7 +22,7 @@ from pathlib import Path
 import gradio as gr
 
 from streamvid.hub import validation
-from streamvid.hub.errors import Refused
+from streamvid.errors import Refused
 from streamvid_app.api import (
     USER_ERRORS,
     ArgumentError,

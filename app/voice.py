@@ -37,7 +37,7 @@ import numpy as np
 
 from streamvid.audio.spoken import OUT_RATE, Speaker
 from streamvid.audio.voices import Voice, VoiceUnavailable, available_voices, load_voice
-from streamvid.hub.errors import Refused
+from streamvid.errors import Refused
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import wave
 import numpy as np
 import pytest
 
-from streamvid.hub.errors import Refused
+from streamvid.errors import Refused
 from streamvid_app.voice import MAX_TALK_S, TalkRecording, pcm16
 
 CHUNK = np.zeros(4 * 2**20, "<i2")  # 8 MB of samples, as one message of the microphone's stream may carry

@@ -15,7 +15,7 @@ from conftest import wait_until
 
 from streamvid.config import EngineConfig
 from streamvid.eval.wer import words
-from streamvid.hub.errors import Refused
+from streamvid.errors import Refused
 from streamvid_app.manager import SessionManager
 from streamvid_app.voice import STOP, PageVoice, page_voice
 

@@ -76,7 +76,7 @@ def test_run_and_served_streams_hold_session_folders_with_one_lock(tiny_model_di
     """`streamvid run --session` takes its folder as the hub does (hub/session_folders.py): a folder a served stream
     holds is refused by a run in one line, before the model loads, and a run's folder by the hub."""
     from streamvid.cli.main import main
-    from streamvid.hub.errors import Conflict
+    from streamvid.errors import Conflict
     from streamvid.hub.session_folders import SessionFolders, StreamSession
 
     folders = SessionFolders((tmp_path,), None)

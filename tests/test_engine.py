@@ -17,6 +17,7 @@ import torch
 from conftest import random_frames
 from streamvid.config import EngineConfig
 from streamvid.engine.engine import Engine, EngineFull
+from streamvid.errors import Busy
 from streamvid.types import Frame
 
 
@@ -212,8 +213,9 @@ def test_caps_refuse_one_stream_too_many_with_a_clear_message(adapter):
     engine = Engine(_cfg(max_streams=2), adapter)
     first = engine.open()
     engine.open()
-    with pytest.raises(EngineFull, match="2 streams at most"):
+    with pytest.raises(EngineFull, match="2 streams at most") as full:
         engine.open()
+    assert isinstance(full.value, Busy)  # the library's one error family: every transport answers it as busy (429)
     first.close()
     engine.open()  # a closed stream's slot is free again
     engine.close()

@@ -140,7 +140,7 @@ def test_a_spoken_question_longer_than_the_bound_is_refused_before_it_is_decoded
 
 def test_a_long_spoken_question_to_a_hub_is_a_one_line_refusal():
     from streamvid.config import EngineConfig
-    from streamvid.hub.errors import Refused
+    from streamvid.errors import Refused
     from streamvid.hub.sound import spoken_question
 
     buf = io.BytesIO()

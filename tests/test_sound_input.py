@@ -19,7 +19,7 @@ from serve_helpers import config, engine, running, strict_json  # noqa: F401 - f
 
 from streamvid.audio.pcm import RATE, pcm16_samples, resample, wav_duration_s, wav_samples
 from streamvid.hub import sound_budget
-from streamvid.hub.errors import Busy
+from streamvid.errors import Busy
 from streamvid.hub.sound_budget import SoundBudget
 from streamvid.serve import ServeOptions, build_app
 

@@ -51,6 +51,7 @@ from streamvid.adapters.embedders import make_embedder
 from streamvid.config import EngineConfig
 from streamvid.engine.ingest import speech_line
 from streamvid.engine.stream import Decoding, Stream
+from streamvid.errors import Busy
 from streamvid.kv.budget import budgets
 from streamvid.kv.positions import concat
 from streamvid.kv.window import Block
@@ -59,7 +60,7 @@ from streamvid.types import ChunkJob, Output, Question, Token, Transcript
 log = logging.getLogger(__name__)
 
 
-class EngineFull(RuntimeError):
+class EngineFull(Busy, RuntimeError):
     """The engine holds as many streams as its caps allow."""
 
 

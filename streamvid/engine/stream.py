@@ -38,6 +38,7 @@ from streamvid.adapters.base import VideoLLMAdapter
 from streamvid.adapters.embedders import Embedder
 from streamvid.config import EngineConfig
 from streamvid.engine import limits
+from streamvid.errors import Busy
 from streamvid.engine.ingest import Ingest
 from streamvid.engine.proactive import FiringRule
 from streamvid.engine.reasoning import Answering, Reasoning, Trigger
@@ -54,7 +55,7 @@ from streamvid.types import Alert, Frame, Output, Question, Status, Transcript, 
 log = logging.getLogger(__name__)
 
 
-class BusyError(RuntimeError):
+class BusyError(Busy, RuntimeError):
     """The questions queue is full: the assistant is still working on earlier questions."""
 
 

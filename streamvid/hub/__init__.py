@@ -7,7 +7,7 @@
 `streamvid serve` (streamvid/serve/: HTTP, server-sent events, a WebSocket, Ray Serve) and the web page of
 `streamvid demo` / `streamvid serve --ui` (app/: Gradio) are transports over one hub: the same streams, caps,
 source policy, image checks, push clock, session folders and idle reaping, so every flag means the same on each.
-The hub lives in the library, outside `serve`, because it knows no transport (its errors are errors.py's, which
+The hub lives in the library, outside `serve`, because it knows no transport (its errors are streamvid/errors.py's, which
 each transport maps onto its own answers) and because the web app, which the library never imports, is one of its
 clients.
 
@@ -26,7 +26,6 @@ clients.
     opening.py          the threads that open URL sources
     options.py          what a hub allows (the flags)
     shown.py            URLs redacted, numbers made finite, wherever the hub shows them
-    errors.py           what the hub refuses, and why
 
 hub/ knows nothing of HTTP, WebSockets or Gradio: each transport maps its errors onto its own answers.
 """

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from streamvid.hub.errors import NotFound, Refused
+from streamvid.errors import NotFound, Refused
 from streamvid.hub.stream import HubStream
 from streamvid.media.alert_media import UnknownAlert
 

@@ -29,7 +29,7 @@ the close themselves are lifecycle.py's). The stream goes
 Every request about a stream (a frame, a question, a status read, a watch) and every reader counts as activity: a
 stream without any for `options.stream_idle_timeout_s` is closed by `reap_idle` (a Periodic thread,
 "streamvid-hub-reaper"), its final stats logged. A URL's password and secret query values never appear in a
-stream's info, status, errors, events or the log (shown.redact). Every refusal is a `streamvid.hub.errors` error;
+stream's info, status, errors, events or the log (shown.redact). Every refusal is a `streamvid.errors` error;
 a stream whose work failed raises `StreamFailed` on what is asked of it next.
 
 Thread contract: every public method from any thread; `streams` (registry.py) guards the table; a stream's `lock`
@@ -50,7 +50,7 @@ import streamvid.hub.sound as sound
 import streamvid.hub.validation as validation
 from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.hub.alert_access import AlertAccess
-from streamvid.hub.errors import Conflict, NotFound
+from streamvid.errors import Conflict, NotFound
 from streamvid.hub.opening import OpenPool
 from streamvid.hub.options import HubOptions
 from streamvid.hub.policy import SourcePolicy

@@ -19,7 +19,7 @@ import warnings
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
-from streamvid.hub.errors import Refused, UnsupportedMedia
+from streamvid.errors import Refused, UnsupportedMedia
 
 IMAGE_TYPES = {"image/png": "PNG", "image/jpeg": "JPEG", "image/jpg": "JPEG"}
 FILE_FORMATS = ("PNG", "JPEG", "WEBP")  # what a file the page received may be

@@ -24,8 +24,7 @@ import streamvid.hub.fanout as fanout
 import streamvid.hub.validation as validation
 from streamvid.assistant import session_store
 from streamvid.assistant.assistant import StreamingAssistant
-from streamvid.engine.engine import EngineFull
-from streamvid.hub.errors import Busy, HubError, Refused, Timeout
+from streamvid.errors import HubError, Refused, Timeout
 from streamvid.hub.policy import Target
 from streamvid.hub.session_folders import SESSION_MARK
 from streamvid.hub.shown import finite, redact
@@ -63,8 +62,6 @@ def open_stream(hub, source: object, fps: float | None = None, session_dir: obje
         try:
             if sa is None:
                 sa = session.assistant(config, hub.engine) if session else StreamingAssistant(config, engine=hub.engine)
-        except EngineFull as e:
-            raise Busy(str(e)) from None
         except session_store.SnapshotError as e:
             raise Refused(f"cannot resume: {e}") from None
         alert_access.keep(sa, session, hub.options.alert_media)

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 
-from streamvid.hub.errors import Unavailable
+from streamvid.errors import Unavailable
 
 
 class OpenPool:

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from streamvid.assets import demo_clips
-from streamvid.hub.errors import Refused
+from streamvid.errors import Refused
 from streamvid.hub.images import DEFAULT_MAX_PIXELS
 from streamvid.media.decoding import FrameTooLarge, open_container
 from streamvid.media.file_source import FileSource

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import streamvid.hub.images as images
 import streamvid.hub.validation as validation
-from streamvid.hub.errors import Conflict
+from streamvid.errors import Conflict
 from streamvid.hub.stream import HubStream
 
 

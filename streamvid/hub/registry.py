@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from streamvid.hub.errors import Busy
+from streamvid.errors import Busy
 
 T = TypeVar("T")
 

@@ -34,7 +34,7 @@ import threading
 from pathlib import Path
 
 from streamvid.assistant import session_store
-from streamvid.hub.errors import Conflict, NotAllowed, NotFound, Refused
+from streamvid.errors import Conflict, NotAllowed, NotFound, Refused
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from streamvid.audio import recognition
 from streamvid.audio.asr import load_recognizer
 from streamvid.audio.pcm import RATE, pcm16_duration_s, pcm16_samples, wav_duration_s, wav_samples
 from streamvid.engine.stream import BusyError
-from streamvid.hub.errors import Busy, Conflict, Refused, UnsupportedMedia
+from streamvid.errors import Conflict, Refused, UnsupportedMedia
 from streamvid.hub.sound_budget import SoundBudget
 from streamvid.hub.stream import HubStream
 from streamvid.hub.validation import MAX_STREAM_S, optional_number
@@ -87,9 +87,9 @@ def push_sound(s: HubStream, body: bytes, content_type: str | None, config, rate
             budget.take(seconds := wav_duration_s(body))
             samples = wav_samples(body)
         start = _hearing(s, config).push(samples, t_s)
-    except BusyError as e:
-        budget.give_back(seconds)  # (the recogniser is behind: the push was not heard)
-        raise Busy(str(e)) from None
+    except BusyError:  # (a Busy of the error family: the recogniser is behind, the push was not heard)
+        budget.give_back(seconds)
+        raise
     except ValueError as e:
         budget.give_back(seconds)
         raise Refused(str(e)) from None

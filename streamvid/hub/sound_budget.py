@@ -19,7 +19,7 @@ import math
 import threading
 import time
 
-from streamvid.hub.errors import Busy
+from streamvid.errors import Busy
 
 SPEED = 2.0  # seconds of audio per second of wall time, sustained
 BURST_S = 10.0  # seconds of audio a stream may push at once beyond that

@@ -16,8 +16,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from streamvid.engine.stream import BusyError
-from streamvid.hub.errors import Busy, HubError, NotFound, Refused, StreamFailed
+from streamvid.errors import HubError, NotFound, Refused, StreamFailed
 from streamvid.hub.session_folders import StreamSession
 from streamvid.hub.shown import redact
 from streamvid.types import Frame
@@ -111,9 +110,7 @@ class HubStream:
         becomes StreamFailed."""
         try:
             return fn()
-        except BusyError as e:
-            raise Busy(str(e)) from None
-        except HubError:
+        except HubError:  # the family's own (the engine's Busy ones among them) as they are
             raise
         except ValueError as e:
             raise Refused(str(e)) from None

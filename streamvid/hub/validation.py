@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 
-from streamvid.hub.errors import ArgumentError
+from streamvid.errors import ArgumentError
 
 MAX_TEXT = 2000  # characters of a question, a condition, a source spec or an id
 MAX_CURSOR = 2**53  # the largest whole number every JSON reader keeps exact

@@ -19,7 +19,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 from fastapi.responses import Response
 
-from streamvid.hub.errors import Refused
+from streamvid.errors import Refused
 from streamvid.serve.web import GetBackend
 
 MAX_T_CHARS = 32

@@ -1,4 +1,4 @@
-"""How errors are answered over HTTP: the hub's errors (streamvid.hub.errors) mapped onto statuses, and the errors
+"""How errors are answered over HTTP: the hub's errors (streamvid.errors) mapped onto statuses, and the errors
 only HTTP has.
 
     wire_error(NotFound("no stream 'vs-1a2b'"))   # -> ServeError: 404 {"error": {"message", "type": "not_found_error"}}
@@ -10,7 +10,7 @@ exactly what the replica said.
 
 from __future__ import annotations
 
-from streamvid.hub.errors import (Busy, Conflict, HubError, NotAllowed, NotFound, Refused, Timeout, TooLarge,
+from streamvid.errors import (Busy, Conflict, HubError, NotAllowed, NotFound, Refused, Timeout, TooLarge,
                                   Unavailable, UnsupportedMedia)
 
 INVALID = "invalid_request_error"

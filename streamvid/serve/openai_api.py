@@ -31,7 +31,7 @@ from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, ConfigDict
 
-from streamvid.hub.errors import HubError, Refused
+from streamvid.errors import HubError, Refused
 from streamvid.serve.chat_params import Reply, chat_limits
 from streamvid.serve.errors import ServeError, wire_error
 from streamvid.serve.web import GetBackend, dumps

@@ -49,7 +49,7 @@ from ray import serve
 from ray.exceptions import RayError
 from ray.serve.exceptions import RayServeException
 
-from streamvid.hub.errors import NotFound, Unavailable
+from streamvid.errors import NotFound, Unavailable
 from streamvid.hub.hub import Hub
 from streamvid.hub.session_folders import resumable
 from streamvid.serve.errors import ServeError, wire_error

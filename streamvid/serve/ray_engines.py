@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 from ray import serve
 
-from streamvid.hub.errors import NotFound
+from streamvid.errors import NotFound
 from streamvid.serve.scaling import EmptyReplicas, ScalePolicy
 
 log = logging.getLogger(__name__)

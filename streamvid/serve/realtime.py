@@ -31,7 +31,7 @@ import json
 from fastapi import FastAPI, WebSocket
 from starlette.websockets import WebSocketDisconnect
 
-from streamvid.hub.errors import HubError, Refused, TooLarge
+from streamvid.errors import HubError, Refused, TooLarge
 from streamvid.serve.errors import ServeError, wire_error
 from streamvid.serve.voice_turns import VoiceTurns
 from streamvid.serve.web import GetBackend, check_key, dumps, error_response

@@ -39,7 +39,7 @@ import time
 from fastapi import Depends, FastAPI, Request
 from fastapi.responses import Response
 
-from streamvid.hub.errors import HubError
+from streamvid.errors import HubError
 from streamvid.serve.client_secrets import ClientSecrets, authorize
 from streamvid.serve.errors import ServeError, wire_error
 from streamvid.serve.realtime_conversation import RealtimeSession, release

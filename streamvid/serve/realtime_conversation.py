@@ -21,7 +21,7 @@ from collections import deque
 from fastapi import WebSocket
 from starlette.websockets import WebSocketDisconnect
 
-from streamvid.hub.errors import Conflict, HubError
+from streamvid.errors import Conflict, HubError
 from streamvid.serve.errors import ServeError
 from streamvid.serve.realtime_events import Outbox, error_event, new_id, streamvid_event, user_item
 from streamvid.serve.realtime_input import AudioIn, b64_bytes, data_url_bytes, wav_bytes

@@ -40,7 +40,7 @@ from importlib.resources import files
 from fastapi import FastAPI, WebSocket
 from fastapi.responses import HTMLResponse
 
-from streamvid.hub.errors import HubError
+from streamvid.errors import HubError
 from streamvid.serve import client_secrets, realtime_calls
 from streamvid.serve.client_secrets import ClientSecrets, authorize
 from streamvid.serve.errors import ServeError, wire_error

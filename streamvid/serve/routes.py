@@ -42,7 +42,7 @@ import streamvid.serve.alert_routes as alert_routes
 import streamvid.serve.openai_api as openai_api
 import streamvid.serve.realtime as realtime
 import streamvid.serve.speech_route as speech_route
-from streamvid.hub.errors import HubError, Refused, TooLarge
+from streamvid.errors import HubError, Refused, TooLarge
 from streamvid.hub.images import media_type
 from streamvid.hub.sound import media_type as sound_media_type
 from streamvid.serve.errors import ServeError, wire_error

@@ -7,7 +7,7 @@
     async for item in service.events(info["id"]):
         ...   # None first (subscribed) and on every idle tick, then every output of the stream as JSON
 
-Every method raises the hub's errors (streamvid.hub.errors; errors.py gives their HTTP statuses) for what a client
+Every method raises the hub's errors (streamvid.errors; errors.py gives their HTTP statuses) for what a client
 did wrong. A generator checks the
 stream before its first item, so a caller can answer 404 before it starts a streamed response. Blocking work runs on
 worker threads; the event loop only queues. Opening a URL source (its host lookup here, then its connect and probe
@@ -24,7 +24,7 @@ import time
 from collections.abc import AsyncIterator
 
 from streamvid.audio import recognition
-from streamvid.hub.errors import StreamFailed, Timeout
+from streamvid.errors import StreamFailed, Timeout
 from streamvid.hub.hub import Hub
 from streamvid.hub.subscriber import CLOSED
 

@@ -18,7 +18,7 @@ and nothing changes.
 
 from __future__ import annotations
 
-from streamvid.hub.errors import Refused
+from streamvid.errors import Refused
 
 SILENCE_MS = (100, 5000)  # the silence_duration_ms a session may set
 VOICES = ("alloy", "ash", "ballad", "cedar", "coral", "echo", "fable", "marin", "nova", "onyx", "sage", "shimmer",

@@ -41,7 +41,7 @@ from streamvid.audio.pcm import resample
 from streamvid.audio.recognition import IdlePool
 from streamvid.audio.spoken import OUT_RATE
 from streamvid.audio.voices import VoiceUnavailable, load_voice, to_pcm16
-from streamvid.hub.errors import Conflict, Refused
+from streamvid.errors import Conflict, Refused
 from streamvid.once import once
 from streamvid.serve.errors import ServeError
 from streamvid.serve.refusal_pace import RefusalPace

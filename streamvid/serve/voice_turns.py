@@ -39,7 +39,7 @@ import wave
 from streamvid.audio.recognition import QUESTION_MAX_S
 from streamvid.audio.spoken import Speaker
 from streamvid.audio.vad import SILENCE_S
-from streamvid.hub.errors import Conflict, Refused
+from streamvid.errors import Conflict, Refused
 from streamvid.hub.sound_budget import SoundBudget
 from streamvid.serve.socket_session import read_session
 from streamvid.serve.speech_route import server_voice

@@ -1,7 +1,9 @@
-"""What the hub refuses, and why: library errors with a one-line message and no transport in them.
+"""The library's one error family: what it refuses, and why, with a one-line message and no transport in it.
 
     raise NotFound("no stream 'vs-1a2b' on this server")
 
+The hub raises them; so do the layers below it where a refusal is theirs to name (the engine's full question queue
+and its full slots are `Busy`: engine/stream.BusyError, engine/engine.EngineFull).
 Each transport maps them onto its own answers: `streamvid serve` onto HTTP statuses (serve/errors.py: Refused 400,
 NotAllowed 403, NotFound 404, Conflict 409, TooLarge 413, UnsupportedMedia 415, Busy 429, Unavailable and
 StreamFailed 503, Timeout 504), the web page onto its one-line error messages. `StreamFailed` is the one type for a
