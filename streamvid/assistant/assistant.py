@@ -26,7 +26,7 @@ import dataclasses
 import queue
 import resource
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Self
 
@@ -36,6 +36,7 @@ from streamvid.adapters.base import VideoLLMAdapter
 from streamvid.adapters.embedders import embedder_name
 from streamvid.assistant import session_state, session_store
 from streamvid.assistant.hearing import Hearing, hearing_for
+from streamvid.assistant.simulated import SimulatedRun
 from streamvid.config import EngineConfig
 from streamvid.engine.engine import Engine
 from streamvid.engine.reasoning import Reasoning
@@ -43,7 +44,7 @@ from streamvid.engine.stream import BusyError
 from streamvid.kv.budget import Budgets, budgets
 from streamvid.kv.memory import LongTermMemory
 from streamvid.media.alert_media import AlertMedia
-from streamvid.types import Frame, Output, Question, Status
+from streamvid.types import Frame, Output, Status
 
 __all__ = ["BusyError", "StreamingAssistant"]
 
@@ -51,7 +52,7 @@ __all__ = ["BusyError", "StreamingAssistant"]
 MEDIA_CLOSE_TIMEOUT_S = 30.0  # stop() waits this long at most for alert clips still being written to a folder
 
 
-class StreamingAssistant:
+class StreamingAssistant(SimulatedRun):
     """One stream on an engine: its own engine (and model) by default, or a shared one (`engine`)."""
 
     def __init__(self, config: EngineConfig | None = None, adapter: VideoLLMAdapter | None = None,
@@ -203,74 +204,6 @@ class StreamingAssistant:
             self.stream.finish()
             self.engine.run_until_idle()
         self._raise_error()
-
-    # ---- replay -----------------------------------------------------------------------------------------
-    def run_simulated(self, source, questions_at: Sequence[tuple[float, str]],
-                      probes_at: Sequence[tuple[float, str]] = (),
-                      watches_at: Sequence[tuple[float, str]] = ()) -> list[Output]:
-        """Ingest every frame of `source` in order, stepping the engine on this thread until it is idle after each;
-        answer each question (and yes/no probe) at its stream time T from exactly the frames with t <= T (those
-        of an unfinished chunk are encoded for that answer alone: the window and memory get every chunk whole,
-        whenever questions come); start each watch at its T. After every new chunk the triggers are probed and
-        narration decides, as the scheduler does live, so alerts and remarks are reproducible. A "tell me when"
-        question gets its acknowledgement at T and its alert when the event is seen.
-        Times T are the input's own (0 = its first frame); in a resumed session they sit at T + stream_offset_s
-        of the session's clock, which answers report as t_s (and T as input_t_s).
-        Returns answers, probe results, alerts and remarks in stream-time order (no token pieces). Not to be
-        mixed with `start`, nor run on an engine whose scheduler thread runs."""
-        if self.engine.running:
-            raise RuntimeError("run_simulated steps the engine itself: its scheduler thread must not run")
-        pending = sorted([(t, text, "answer") for t, text in questions_at] +
-                         [(t, text, "probe") for t, text in probes_at] +
-                         [(t, text, "watch") for t, text in watches_at], key=lambda q: q[0])
-        results: list[Output] = []
-        self.ingest.source = source
-        self._tap(source)
-        for t, text, kind in pending:  # known ahead: the recogniser listens for the phrases asked from their time
-            if kind != "probe":
-                self.stream.listening.note(text, t + self.ingest.t_offset_s)
-        self.hearing = hearing_for(self.config, source, self.stream, replay=True)
-
-        def drain() -> None:
-            self.engine.run_until_idle()
-            self._raise_error()
-            while True:
-                try:
-                    out = self._outputs.get_nowait()
-                except queue.Empty:
-                    return
-                if out.kind != "token":
-                    results.append(out)
-
-        def handle_next() -> None:
-            t, text, kind = pending.pop(0)
-            t += self.ingest.t_offset_s  # times are the input's own; the session's clock may have started earlier
-            if kind == "watch":  # starts with the next decided chunk; the chunking is left as it is
-                self.stream.watch(text, t)
-                return
-            snap = self.window.snapshot()
-            if (tail := self.ingest.tail()) is not None:  # the unfinished chunk, for this answer alone
-                snap = dataclasses.replace(snap, blocks=(*snap.blocks, tail))
-            if kind == "answer":
-                self.stream.put(text, t, snapshot=snap)
-                drain()
-            else:
-                results.append(self.reasoning.probe(Question(f"p{len(results)}", text, t), snap))
-
-        while (frame := source.read()) is not None:
-            while pending and pending[0][0] < frame.t_s:
-                handle_next()
-            self._offer(frame)
-            self.stream.insert(frame)
-            drain()
-        if self.alert_media is not None:
-            self.alert_media.end_input()
-        self.stream.finish()
-        drain()
-        while pending:
-            handle_next()
-        drain()
-        return results
 
     # ---- sessions -----------------------------------------------------------------------------------------
     @property
