@@ -22,6 +22,12 @@ REAL_HUB = Path(__file__).resolve().parents[2] / "shared" / "real-hub"
 SMOLVLM_GB = {"smolvlm2-256m": 1.03, "smolvlm2-500m": 2.03}
 INTERNVL_PARAMS = {"vision_tower": 304_012_288, "language_model+lm_head": 751_632_384,
                    "multi_modal_projector": 5_253_120}
+# Qwen3.5's published configs: (hidden, MLP, vision width, vision MLP, vision blocks, vision heads); both have 24
+# decoder layers, the 4th, 8th, ... 24th full attention (8 heads, 2 KV heads of 256), the others Gated DeltaNet (16
+# key and 16 value heads of 128), a vocabulary of 248,320 and a tied LM head. Qwen3.5-0.8B's config.json, built by
+# transformers' Qwen3_5ForConditionalGeneration, has 852,985,920 parameters (no multi-token-prediction layer).
+QWEN3_5 = {"qwen3.5-0.8b": (1024, 3584, 768, 3072, 12, 12), "qwen3.5-2b": (2048, 6144, 1024, 4096, 24, 16)}
+QWEN3_5_FULL_AT = [3, 7, 11, 15, 19, 23]
 
 
 def _meta(name: str, layers: int | None = None):
@@ -38,8 +44,8 @@ def test_the_command_line_takes_every_architecture_and_refuses_others_in_one_lin
     from streamvid.cli.main import build_parser
 
     parser = build_parser()
-    for name in ("tiny", "3b", "7b", "smolvlm2-256m", "smolvlm2-500m", "internvl3.5-1b", "smolvlm2-tiny",
-                 "internvl3.5-tiny"):
+    for name in ("tiny", "3b", "7b", "smolvlm2-256m", "smolvlm2-500m", "internvl3.5-1b", "qwen3.5-0.8b", "qwen3.5-2b",
+                 "smolvlm2-tiny", "internvl3.5-tiny", "qwen3.5-tiny"):
         assert parser.parse_args(["bench", "--arch", name]).arch == name
     p = _bench("--arch", "smolvlm2-9b")
     assert p.returncode == 2 and "invalid choice: 'smolvlm2-9b'" in p.stderr
@@ -82,6 +88,50 @@ def test_smolvlm2_500m_matches_the_real_config_and_processor():
     adapter = random_adapter("smolvlm2-500m", layers=1, device="cpu", dtype="float32")
     assert real_tokens == 64
     assert int(adapter.chunk_inputs([frame[0]], 1.0).video_mask.sum()) == real_tokens
+
+
+@pytest.mark.parametrize("name", sorted(QWEN3_5))
+def test_qwen3_5_builds_the_published_hybrid_shape(name):
+    from streamvid.kv.budget import KVShape
+
+    hidden, mlp, v_hidden, v_mlp, v_depth, v_heads = QWEN3_5[name]
+    model = _meta(name)
+    layers = model.model.language_model.layers
+    assert len(layers) == 24
+    # the layer kinds as the built modules have them, not as the config lists them
+    assert [i for i, layer in enumerate(layers) if hasattr(layer, "self_attn")] == QWEN3_5_FULL_AT
+    assert all(hasattr(layers[i], "linear_attn") for i in range(24) if i not in QWEN3_5_FULL_AT)
+    attn, delta = layers[3].self_attn, layers[0].linear_attn
+    assert attn.q_proj.weight.shape == (2 * 8 * 256, hidden)  # 8 heads of 256, doubled by the output gate
+    assert attn.k_proj.weight.shape == attn.v_proj.weight.shape == (2 * 256, hidden)
+    # 16 key heads of 128 for q and k, 16 value heads of 128; a gate per value head; a 4-tap convolution
+    assert delta.in_proj_qkv.weight.shape == (2 * 16 * 128 + 16 * 128, hidden)
+    assert delta.in_proj_z.weight.shape == (16 * 128, hidden) and delta.in_proj_b.weight.shape == (16, hidden)
+    assert delta.conv1d.kernel_size == (4,)
+    assert layers[0].mlp.gate_proj.weight.shape == (mlp, hidden)
+    assert model.model.language_model.embed_tokens.weight.shape == (248320, hidden)
+    assert model.lm_head.weight is model.model.language_model.embed_tokens.weight
+    visual = model.model.visual
+    assert len(visual.blocks) == v_depth and visual.blocks[0].attn.num_heads == v_heads
+    assert visual.blocks[0].mlp.linear_fc1.weight.shape == (v_mlp, v_hidden)
+    assert visual.merger.linear_fc2.weight.shape[0] == hidden
+    # memory blocks hold K/V of the 6 attention layers only
+    assert KVShape.from_config(model.config.to_dict(), "bfloat16") == KVShape(6, 2, 256, 2)
+    if name == "qwen3.5-0.8b":
+        assert sum(p.numel() for p in model.parameters()) == 852_985_920
+
+
+def test_qwen3_5_keeps_its_layout_when_cut_and_writes_the_processors_tokens_per_frame_pair():
+    assert _meta("qwen3.5-0.8b", layers=5).config.text_config.layer_types == [
+        "linear_attention"] * 3 + ["full_attention", "linear_attention"]
+    cut = _meta("qwen3.5-2b", layers=2)
+    assert cut.config.text_config.layer_types == ["linear_attention", "full_attention"]
+    assert (len(cut.model.visual.blocks), cut.config.text_config.hidden_size) == (2, 2048)
+    adapter = random_adapter("qwen3.5-0.8b", layers=1, device="cpu", dtype="float32")
+    # frames keep their size (a multiple of 32 px): 16 px patches, 2x2 merged, 2 frames a temporal patch
+    for px, tokens in ((384, 12 * 12), (224, 7 * 7)):
+        chunk = adapter.chunk_inputs([np.zeros((px, px, 3), np.uint8)] * 2, 1.0)
+        assert int(chunk.video_mask.sum()) == tokens, px
 
 
 def test_internvl3_5_1b_writes_256_tokens_for_a_384_px_frame():

@@ -1,16 +1,18 @@
 """Real-size architectures of the small families with random weights, for speed measurements (`streamvid bench
---arch`): SmolVLM2-256M and -500M Video-Instruct, InternVL3.5-1B (-HF), and their tiny test checkpoints
-(`make-tiny`'s, and Qwen3.5's) for the many-streams measurement.
+--arch`): SmolVLM2-256M and -500M Video-Instruct, InternVL3.5-1B (-HF), Qwen3.5-0.8B and -2B, and their tiny test
+checkpoints (`make-tiny`'s) for the many-streams measurement.
 
 Speed does not depend on the weight values, so a model built from its published config with random weights runs
 the computation the real checkpoint runs: the same widths, depths, heads, vocabulary (the LM head's size) and vision
 tower, and the family's own HF processor with the real checkpoint's frame size and tokens per frame (64 for
-SmolVLM2, 256 for InternVL3.5). Only the tokenizer is a small byte-level BPE with the family's special tokens
+SmolVLM2, 256 for InternVL3.5; Qwen3.5 keeps the frame's own size, rounded to 32 px: 144 tokens per 2 frames at 384
+px, 49 at 224). Only the tokenizer is a small byte-level BPE with the family's special tokens
 (`families.bpe_tokenizer`): its ids index the real-size embedding table like any others. `layers` keeps the real
-widths with at most that many decoder layers (and vision layers).
+widths with at most that many decoder layers (and vision layers); a cut Qwen3.5 keeps its layout (every fourth layer
+full attention, the last one when fewer than four remain: `hybrid.layer_types`).
 
 Each family is one entry of `ARCHS`: a name, the builder of its (model, processor) pair and the text and vision
-numbers of its config. A new family (Qwen3.5-0.8B, say) is one more entry with its builder.
+numbers of its config.
 
 Where the numbers come from (each model's config.json on the Hugging Face hub, the fields that set the amount of
 computation):
@@ -25,6 +27,16 @@ computation):
   numbers (1024 wide, 3072 MLP, 28 layers, 16 heads, 8 KV heads, head 128, rope theta 1000000, vocabulary 151936)
   with an untied LM head: 304,012,288 vision, 751,632,384 language and 5,253,120 projector parameters, as the
   published checkpoint stores.
+- Qwen/Qwen3.5-0.8B: text (qwen3_5_text) 1024 wide, 3584 MLP, 24 layers (every fourth full attention: 6), 8 heads,
+  2 KV heads, head 256 (a quarter rotary, interleaved M-RoPE sections 11/11/10, rope theta 10000000), gated
+  attention output; Gated DeltaNet layers with 16 key and 16 value heads of 128 and a 4-tap convolution; vocabulary
+  248320, tied LM head; vision (Qwen3-VL's tower, no deepstack) 768 wide, 3072 MLP, 12 blocks, 12 heads, 16 px
+  patches, 2x2 merge, 2-frame temporal patches, 2304 position embeddings, out 1024; video processor: pixels per clip
+  between 4096 and 25165824, mean and std 0.5.
+- Qwen/Qwen3.5-2B: not checked against its config.json here (not at hand); the numbers as recalled from the
+  published config: text 2048 wide, 6144 MLP, 24 layers (6 full attention), 8 heads, 2 KV heads, head 256, Gated
+  DeltaNet 16 key / 16 value heads of 128, vocabulary 248320, tied; vision 1024 wide, 4096 MLP, 24 blocks, 16 heads,
+  out 2048; rope, convolution and processor as the 0.8B.
 """
 
 from __future__ import annotations
@@ -44,6 +56,15 @@ SMOLVLM_VISION = {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_lay
 INTERNVL_VISION = {"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24, "num_attention_heads": 16,
                    "attention_bias": True, "image_size": [448, 448], "patch_size": [14, 14], "use_qk_norm": False,
                    "norm_type": "layer_norm", "layer_scale_init_value": 0.1, "hidden_act": "gelu"}
+
+# what Qwen3.5-0.8B and -2B share (their widths are in ARCHS)
+QWEN3_5_TEXT = {"num_hidden_layers": 24, "full_attention_interval": 4, "num_attention_heads": 8,
+                "num_key_value_heads": 2, "head_dim": 256, "attn_output_gate": True, "linear_conv_kernel_dim": 4,
+                "linear_key_head_dim": 128, "linear_value_head_dim": 128, "linear_num_key_heads": 16,
+                "linear_num_value_heads": 16, "vocab_size": 248320, "max_position_embeddings": 262144,
+                "rms_norm_eps": 1e-6, "hidden_act": "silu", "tie_word_embeddings": True}
+QWEN3_5_VISION = {"patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2, "num_position_embeddings": 2304,
+                  "hidden_act": "gelu_pytorch_tanh", "deepstack_visual_indexes": []}
 
 
 @dataclass(frozen=True)
@@ -137,6 +158,38 @@ def _internvl(arch: Arch, layers: int | None):
     return AutoModelForImageTextToText.from_config(config), processor
 
 
+def _qwen3_5(arch: Arch, layers: int | None):
+    from transformers import (
+        Qwen2VLImageProcessor,
+        Qwen3_5Config,
+        Qwen3_5ForConditionalGeneration,
+        Qwen3VLProcessor,
+        Qwen3VLVideoProcessor,
+    )
+
+    from streamvid.checkpoints.families import bpe_tokenizer
+    from streamvid.checkpoints.hybrid import QWEN3_5_CHAT_TEMPLATE, SPECIALS, layer_types
+
+    tokenizer = bpe_tokenizer(SPECIALS, "<|im_end|>", "<|endoftext|>", QWEN3_5_CHAT_TEMPLATE)
+    shape = {"patch_size": 16, "temporal_patch_size": 2, "merge_size": 2, "image_mean": [0.5] * 3,
+             "image_std": [0.5] * 3}
+    processor = Qwen3VLProcessor(
+        image_processor=Qwen2VLImageProcessor(size={"shortest_edge": 65536, "longest_edge": 16777216}, **shape),
+        video_processor=Qwen3VLVideoProcessor(size={"shortest_edge": 4096, "longest_edge": 25165824}, **shape),
+        tokenizer=tokenizer, chat_template=QWEN3_5_CHAT_TEMPLATE)
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIALS}
+    text = _depth(arch.text, "num_hidden_layers", layers)
+    text = {**text, "layer_types": layer_types(text["num_hidden_layers"], text["full_attention_interval"]),
+            "rope_parameters": {"rope_type": "default", "rope_theta": 10_000_000.0, "partial_rotary_factor": 0.25,
+                                "mrope_section": [11, 11, 10], "mrope_interleaved": True},
+            "eos_token_id": ids["<|im_end|>"], "pad_token_id": ids["<|endoftext|>"], "bos_token_id": None}
+    config = Qwen3_5Config(text_config=text, vision_config=_depth(arch.vision, "depth", layers),
+                           image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+                           vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+                           tie_word_embeddings=True)
+    return Qwen3_5ForConditionalGeneration(config), processor
+
+
 def _tiny(arch: Arch, layers: int | None):
     """make-tiny's checkpoint of the family (hidden 64), written to a temporary folder and loaded back."""
     import tempfile
@@ -164,6 +217,14 @@ ARCHS: dict[str, Arch] = {a.name: a for a in (
          text={"hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16,
                "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936},
          vision=INTERNVL_VISION),
+    Arch("qwen3.5-0.8b", "qwen3.5", "Qwen3.5-0.8B", _qwen3_5,
+         text={**QWEN3_5_TEXT, "hidden_size": 1024, "intermediate_size": 3584},
+         vision={**QWEN3_5_VISION, "hidden_size": 768, "intermediate_size": 3072, "depth": 12, "num_heads": 12,
+                 "out_hidden_size": 1024}),
+    Arch("qwen3.5-2b", "qwen3.5", "Qwen3.5-2B", _qwen3_5,
+         text={**QWEN3_5_TEXT, "hidden_size": 2048, "intermediate_size": 6144},
+         vision={**QWEN3_5_VISION, "hidden_size": 1024, "intermediate_size": 4096, "depth": 24, "num_heads": 16,
+                 "out_hidden_size": 2048}),
     Arch("smolvlm2-tiny", "smolvlm2", "make-tiny smolvlm2", _tiny, frame_px=112, tiny=True),
     Arch("internvl3.5-tiny", "internvl3.5", "make-tiny internvl3.5", _tiny, frame_px=112, tiny=True),
     Arch("qwen3.5-tiny", "qwen3.5", "make-tiny qwen3.5", _tiny, frame_px=112, tiny=True),

@@ -18,8 +18,8 @@ In one run, side by side:
   `generate` for each question (N = 16, 32, 64), time to its first token.
 
 Speed does not depend on weight values, so `--arch 3b|7b` builds the architecture with random weights
-(checkpoints/random_arch.py), and `--arch smolvlm2-256m|smolvlm2-500m|internvl3.5-1b` (and make-tiny's
-`smolvlm2-tiny|internvl3.5-tiny`) the real-size architectures of the small families with their own processors
+(checkpoints/random_arch.py), and `--arch smolvlm2-256m|smolvlm2-500m|internvl3.5-1b|qwen3.5-0.8b|qwen3.5-2b` (and
+make-tiny's `smolvlm2-tiny|internvl3.5-tiny|qwen3.5-tiny`) the real-size architectures of the small families with their own processors
 (checkpoints/real_size.py). Answers of `decode_tokens` tokens at the longest stream give the decode rate.
 `--json` prints one object (see `summary`); `--out DIR` writes the full report.
 """
