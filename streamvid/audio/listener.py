@@ -23,6 +23,7 @@ from collections.abc import Callable
 
 from streamvid.audio.asr import Recognizer
 from streamvid.audio.pcm import CHUNK_S, RATE, AudioChunk
+from streamvid.audio.recognition import below_the_engine
 from streamvid.audio.vad import Segmenter
 from streamvid.types import Utterance
 
@@ -92,6 +93,7 @@ class Listener:
         self._thread.join(timeout=timeout_s)
 
     def _run(self) -> None:
+        below_the_engine()  # voice detection gives way to the engine's forwards, as recognition does
         try:
             while not self._closed.is_set():
                 try:

@@ -213,7 +213,7 @@ async def off_loop(job: Callable, *args):
     return await asyncio.wrap_future(_pool.submit(job, *args))
 
 
-NICENESS = 10  # sound work (recognition, synthesis, decoding requests) gives way to the engine's forwards
+NICENESS = 10  # sound work (voice detection, recognition, synthesis, decoding requests) gives way to the engine's forwards
 
 
 def below_the_engine() -> None:
