@@ -85,18 +85,18 @@ def bpe_tokenizer(special_tokens: list[str], eos: str, pad: str, chat_template: 
                                    chat_template=chat_template)
 
 
-def _text_dims(hidden: int) -> dict:
+def text_dims(hidden: int) -> dict:
     heads, kv_heads = 4, 2
     return dict(hidden_size=hidden, intermediate_size=hidden * 3, num_attention_heads=heads,
                 num_key_value_heads=kv_heads, max_position_embeddings=32768, tie_word_embeddings=False)
 
 
-def _mrope_section(head_dim: int) -> list[int]:
+def mrope_section(head_dim: int) -> list[int]:
     half = head_dim // 2  # (temporal, height, width) sections sum to head_dim / 2
     return [half - 2 * (3 * half // 8), 3 * half // 8, 3 * half // 8]
 
 
-def _unit_embeddings(model) -> None:
+def unit_embeddings(model) -> None:
     # unit-scale token embeddings: text tokens enter the residual stream at a scale comparable to vision tokens
     torch.nn.init.normal_(model.get_input_embeddings().weight, std=1.0)
 
@@ -127,43 +127,48 @@ def _qwen2_vl(hidden: int, layers: int, frame_px: int = 56):
                                  video_processor=Qwen2VLVideoProcessor(**common), tokenizer=tokenizer,
                                  chat_template=CHAT_TEMPLATE)
     head_dim = hidden // 4
-    text = dict(num_hidden_layers=layers, **_text_dims(hidden),
+    text = dict(num_hidden_layers=layers, **text_dims(hidden),
                 rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
-                                 "mrope_section": _mrope_section(head_dim)})
+                                 "mrope_section": mrope_section(head_dim)})
     vision = dict(depth=2, embed_dim=64, hidden_size=hidden, mlp_ratio=2, num_heads=4, patch_size=14,
                   spatial_merge_size=2, temporal_patch_size=2)
     model = Qwen2VLForConditionalGeneration(_qwen_common(tokenizer, text, vision, Qwen2VLConfig))
-    _unit_embeddings(model)
+    unit_embeddings(model)
     return model, processor
 
 
-def _qwen3_vl(hidden: int, layers: int, frame_px: int = 64):
-    from transformers import (
-        Qwen2VLImageProcessor,
-        Qwen3VLConfig,
-        Qwen3VLForConditionalGeneration,
-        Qwen3VLProcessor,
-        Qwen3VLVideoProcessor,
-    )
+def qwen3_vl_processor(tokenizer, frame_px: int, chat_template: str):
+    """Qwen3-VL's processor (Qwen3.5's too) for `frame_px`-square frames: 16-px patches, 2 frames a temporal patch,
+    2 x 2 merged."""
+    from transformers import Qwen2VLImageProcessor, Qwen3VLProcessor, Qwen3VLVideoProcessor
 
-    tokenizer = bpe_tokenizer(SPECIAL_TOKENS, "<|im_end|>", "<|endoftext|>", CHAT_TEMPLATE)
     pixels = frame_px * frame_px
-    processor = Qwen3VLProcessor(
+    return Qwen3VLProcessor(
         image_processor=Qwen2VLImageProcessor(min_pixels=pixels, max_pixels=pixels, patch_size=16,
                                               temporal_patch_size=2, merge_size=2),
         video_processor=Qwen3VLVideoProcessor(size={"shortest_edge": pixels * 2, "longest_edge": pixels * 64},
                                               patch_size=16, temporal_patch_size=2, merge_size=2, fps=2,
                                               min_frames=2),
-        tokenizer=tokenizer, chat_template=CHAT_TEMPLATE)
+        tokenizer=tokenizer, chat_template=chat_template)
+
+
+def _qwen3_vl(hidden: int, layers: int, frame_px: int = 64):
+    from transformers import (
+        Qwen3VLConfig,
+        Qwen3VLForConditionalGeneration,
+    )
+
+    tokenizer = bpe_tokenizer(SPECIAL_TOKENS, "<|im_end|>", "<|endoftext|>", CHAT_TEMPLATE)
+    processor = qwen3_vl_processor(tokenizer, frame_px, CHAT_TEMPLATE)
     head_dim = hidden // 4
-    text = dict(num_hidden_layers=layers, head_dim=head_dim, **_text_dims(hidden),
+    text = dict(num_hidden_layers=layers, head_dim=head_dim, **text_dims(hidden),
                 rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
-                                 "mrope_section": _mrope_section(head_dim), "mrope_interleaved": True})
+                                 "mrope_section": mrope_section(head_dim), "mrope_interleaved": True})
     vision = dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=4, patch_size=16,
                   spatial_merge_size=2, temporal_patch_size=2, out_hidden_size=hidden,
                   num_position_embeddings=64, deepstack_visual_indexes=[0])
     model = Qwen3VLForConditionalGeneration(_qwen_common(tokenizer, text, vision, Qwen3VLConfig))
-    _unit_embeddings(model)
+    unit_embeddings(model)
     return model, processor
 
 
@@ -193,12 +198,12 @@ def _llava_onevision(hidden: int, layers: int, frame_px: int = 56):
         text_config=dict(model_type="qwen2", vocab_size=len(tokenizer), num_hidden_layers=layers,
                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
                          eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"], bos_token_id=None,
-                         **_text_dims(hidden)),
+                         **text_dims(hidden)),
         image_token_index=ids["<image>"], video_token_index=ids["<video>"],
         vision_feature_select_strategy="full", vision_feature_layer=-1,
         image_grid_pinpoints=[[frame_px, frame_px]], tie_word_embeddings=False)
     model = LlavaOnevisionForConditionalGeneration(config)
-    _unit_embeddings(model)
+    unit_embeddings(model)
     return model, processor
 
 
@@ -246,14 +251,14 @@ def _llava_next_video(hidden: int, layers: int, frame_px: int = 56):
         text_config=dict(model_type="llama", vocab_size=len(tokenizer), num_hidden_layers=layers,
                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, **_text_dims(hidden)),
+                         pad_token_id=tokenizer.pad_token_id, **text_dims(hidden)),
         image_token_index=tokenizer.convert_tokens_to_ids("<image>"),
         video_token_index=tokenizer.convert_tokens_to_ids("<video>"),
         vision_feature_select_strategy="default", vision_feature_layer=-2, spatial_pool_stride=2,
         image_grid_pinpoints=[[frame_px, frame_px]], image_seq_length=grid * grid,
         video_seq_length=(grid // 2) ** 2, tie_word_embeddings=False)
     model = LlavaNextVideoForConditionalGeneration(config)
-    _unit_embeddings(model)
+    unit_embeddings(model)
     return model, processor
 
 
@@ -287,10 +292,10 @@ def _smolvlm2(hidden: int, layers: int, frame_px: int = 64):
         text_config=dict(model_type="llama", vocab_size=len(tokenizer), num_hidden_layers=layers,
                          rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
                          bos_token_id=ids["<|im_start|>"], eos_token_id=ids["<end_of_utterance>"],
-                         pad_token_id=ids["<|im_end|>"], **_text_dims(hidden)),
+                         pad_token_id=ids["<|im_end|>"], **text_dims(hidden)),
         image_token_id=ids["<image>"], scale_factor=scale, pad_token_id=ids["<|im_end|>"], tie_word_embeddings=False)
     model = SmolVLMForConditionalGeneration(config)
-    _unit_embeddings(model)
+    unit_embeddings(model)
     return model, processor
 
 
@@ -336,8 +341,8 @@ def _internvl(hidden: int, layers: int, frame_px: int = 56):
         text_config=dict(model_type="qwen2", vocab_size=len(tokenizer), num_hidden_layers=layers,
                          rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
                          eos_token_id=ids["<|im_end|>"], pad_token_id=ids["<|endoftext|>"], bos_token_id=None,
-                         **_text_dims(hidden)),
+                         **text_dims(hidden)),
         image_token_id=ids["<IMG_CONTEXT>"], image_seq_length=seq, downsample_ratio=0.5, tie_word_embeddings=False)
     model = InternVLForConditionalGeneration(config)
-    _unit_embeddings(model)
+    unit_embeddings(model)
     return model, processor

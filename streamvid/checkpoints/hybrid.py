@@ -38,39 +38,27 @@ def qwen3_5(hidden: int, layers: int, frame_px: int = 64, full_every: int = 4):
     quarter of it rotary as in the real configs, interleaved M-RoPE), linear layers with 2 key / 4 value heads of 16 and a
     4-tap convolution; 64 x 64 frames, 16 tokens per temporal patch. `full_every` 1: every layer full attention
     (a plain model of the same width, for comparisons)."""
-    from transformers import (
-        Qwen2VLImageProcessor,
-        Qwen3_5Config,
-        Qwen3_5ForConditionalGeneration,
-        Qwen3VLProcessor,
-        Qwen3VLVideoProcessor,
-    )
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
-    from streamvid.checkpoints.families import _mrope_section, _text_dims, _unit_embeddings, bpe_tokenizer
+    from streamvid.checkpoints.families import (bpe_tokenizer, mrope_section, qwen3_vl_processor, text_dims,
+                                                unit_embeddings)
 
     tokenizer = bpe_tokenizer(SPECIALS, "<|im_end|>", "<|endoftext|>", QWEN3_5_CHAT_TEMPLATE)
-    pixels = frame_px * frame_px
-    processor = Qwen3VLProcessor(
-        image_processor=Qwen2VLImageProcessor(min_pixels=pixels, max_pixels=pixels, patch_size=16,
-                                              temporal_patch_size=2, merge_size=2),
-        video_processor=Qwen3VLVideoProcessor(size={"shortest_edge": pixels * 2, "longest_edge": pixels * 64},
-                                              patch_size=16, temporal_patch_size=2, merge_size=2, fps=2,
-                                              min_frames=2),
-        tokenizer=tokenizer, chat_template=QWEN3_5_CHAT_TEMPLATE)
+    processor = qwen3_vl_processor(tokenizer, frame_px, QWEN3_5_CHAT_TEMPLATE)
     head_dim = max(32, hidden // 4)  # a rotary part of 8 or more: every M-RoPE axis drives a frequency
     rotary = head_dim // 4  # partial_rotary_factor 0.25
     ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIALS}
-    text = dict(num_hidden_layers=layers, head_dim=head_dim, **_text_dims(hidden), layer_types=layer_types(layers, full_every),
+    text = dict(num_hidden_layers=layers, head_dim=head_dim, **text_dims(hidden), layer_types=layer_types(layers, full_every),
                 linear_conv_kernel_dim=4, linear_key_head_dim=16, linear_value_head_dim=16, linear_num_key_heads=2,
                 linear_num_value_heads=4, vocab_size=len(tokenizer), eos_token_id=ids["<|im_end|>"],
                 pad_token_id=ids["<|endoftext|>"], bos_token_id=None,
                 rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25,
-                                 "mrope_section": _mrope_section(rotary), "mrope_interleaved": True})
+                                 "mrope_section": mrope_section(rotary), "mrope_interleaved": True})
     vision = dict(depth=2, hidden_size=64, intermediate_size=128, num_heads=4, patch_size=16, spatial_merge_size=2,
                   temporal_patch_size=2, out_hidden_size=hidden, num_position_embeddings=64)
     config = Qwen3_5Config(text_config=text, vision_config=vision, image_token_id=ids["<|image_pad|>"],
                            video_token_id=ids["<|video_pad|>"], vision_start_token_id=ids["<|vision_start|>"],
                            vision_end_token_id=ids["<|vision_end|>"], tie_word_embeddings=False)
     model = Qwen3_5ForConditionalGeneration(config)
-    _unit_embeddings(model)
+    unit_embeddings(model)
     return model, processor
