@@ -48,3 +48,20 @@ def adapter(tiny_model_dir):
 def random_frames(n: int, seed: int = 0, px: int = 56) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     return [rng.integers(0, 256, (px, px, 3), dtype=np.uint8) for _ in range(n)]
+
+
+def hf_greedy_tokens(adapter, inputs: dict, max_new_tokens: int = 12) -> list[int]:
+    """HF `generate`'s greedy tokens for `inputs` (the reference an engine's answer is held to), up to the first of
+    the adapter's stop tokens; fails when there are fewer than 3 (a random model that stops at once says nothing)."""
+    import torch
+
+    with torch.inference_mode():
+        out = adapter.model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False,
+                                     eos_token_id=sorted(adapter.stop_ids), pad_token_id=adapter.tokenizer.pad_token_id)
+    ref = []
+    for token in out[0, inputs["input_ids"].shape[1]:].tolist():
+        if token in adapter.stop_ids:
+            break
+        ref.append(token)
+    assert len(ref) >= 3, "the random model stops at once: the comparison would say nothing"
+    return ref
