@@ -408,6 +408,7 @@ def test_retrieval_brings_a_planted_block_into_the_context(fam):
         assert torch.allclose(context.keys[layer][:, :, at:at + planted.n_tokens], keys, atol=TOL)
 
 
+@pytest.mark.parametrize("arch", [*ARCHS, "qwen3.5"])  # Qwen3.5's blocks go to memory with attention K/V only
 def test_make_tiny_and_run_work_from_the_command_line(arch, tmp_path, capsys):
     from test_cli import world_mp4
 

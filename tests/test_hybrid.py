@@ -267,23 +267,6 @@ def test_moved_block_equals_fresh_encoding_with_partial_rope(adapter):
     assert torch.equal(moved.values[0], encoded[0].values[0])
 
 
-def test_make_tiny_and_run_work_from_the_command_line(tmp_path, capsys):
-    """`streamvid make-tiny --arch qwen3.5` and `streamvid run` on it, with a window small enough that blocks go to
-    long-term memory (attention K/V only) while the recurrent state goes on."""
-    from test_cli import world_mp4
-
-    from streamvid.cli.main import main
-
-    assert main(["make-tiny", "--arch", "qwen3.5", "--out", str(tmp_path / "m")]) == 0
-    capsys.readouterr()
-    assert main(["run", str(world_mp4()), "--model", str(tmp_path / "m"), "--fps", "1", "--max-new-tokens", "4",
-                 "--window-tokens", "20", "--frame-px", "56", "--ask", "5:What do you see?"]) == 0
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [x["type"] for x in lines] == ["answer", "stats"]
-    assert lines[0]["question"] == "What do you see?" and lines[0]["t_s"] == 5.0
-    assert lines[1]["blocks_in_memory"] > 0
-
-
 def test_offline_generate_is_hf_generate_on_the_chat_templates_conversation(adapter):
     """The re-encoding baseline of `streamvid bench` (`--arch qwen3.5-tiny`): what HF does with the conversation the
     chat template renders for a video and a question, prepared here from the messages (not the adapter's text)."""
