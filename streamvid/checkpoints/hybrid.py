@@ -40,8 +40,8 @@ def qwen3_5(hidden: int, layers: int, frame_px: int = 64, full_every: int = 4):
     (a plain model of the same width, for comparisons)."""
     from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
 
-    from streamvid.checkpoints.families import (bpe_tokenizer, mrope_section, qwen3_vl_processor, text_dims,
-                                                unit_embeddings)
+    from streamvid.checkpoints.tiny_parts import (bpe_tokenizer, mrope_section, qwen3_vl_processor, text_dims,
+                                                  unit_embeddings)
 
     tokenizer = bpe_tokenizer(SPECIALS, "<|im_end|>", "<|endoftext|>", QWEN3_5_CHAT_TEMPLATE)
     processor = qwen3_vl_processor(tokenizer, frame_px, QWEN3_5_CHAT_TEMPLATE)

@@ -7,7 +7,7 @@ the computation the real checkpoint runs: the same widths, depths, heads, vocabu
 tower, and the family's own HF processor with the real checkpoint's frame size and tokens per frame (64 for
 SmolVLM2, 256 for InternVL3.5; Qwen3.5 keeps the frame's own size, rounded to 32 px: 144 tokens per 2 frames at 384
 px, 49 at 224). Only the tokenizer is a small byte-level BPE with the family's special tokens
-(`families.bpe_tokenizer`): its ids index the real-size embedding table like any others. `layers` keeps the real
+(`tiny_parts.bpe_tokenizer`): its ids index the real-size embedding table like any others. `layers` keeps the real
 widths with at most that many decoder layers (and vision layers); a cut Qwen3.5 keeps its layout (every fourth layer
 full attention, the last one when fewer than four remain: `hybrid.layer_types`).
 
@@ -95,7 +95,7 @@ def _smolvlm(arch: Arch, layers: int | None):
     )
     from transformers.models.smolvlm.processing_smolvlm import DEFAULT_CHAT_TEMPLATE
 
-    from streamvid.checkpoints.families import bpe_tokenizer
+    from streamvid.checkpoints.tiny_parts import bpe_tokenizer
 
     tokenizer = bpe_tokenizer(SMOLVLM_SPECIALS, "<end_of_utterance>", "<|im_end|>", DEFAULT_CHAT_TEMPLATE)
     tokenizer.bos_token, tokenizer.unk_token = "<|im_start|>", "<|endoftext|>"
@@ -131,7 +131,7 @@ def _internvl(arch: Arch, layers: int | None):
     )
 
     from streamvid.checkpoints.families import INTERNVL_CHAT_TEMPLATE as chat_template
-    from streamvid.checkpoints.families import bpe_tokenizer
+    from streamvid.checkpoints.tiny_parts import bpe_tokenizer
 
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", *INTERNVL_MARKS.values()]
     tokenizer = bpe_tokenizer(specials, "<|im_end|>", "<|endoftext|>", chat_template)
@@ -167,7 +167,7 @@ def _qwen3_5(arch: Arch, layers: int | None):
         Qwen3VLVideoProcessor,
     )
 
-    from streamvid.checkpoints.families import bpe_tokenizer
+    from streamvid.checkpoints.tiny_parts import bpe_tokenizer
     from streamvid.checkpoints.hybrid import QWEN3_5_CHAT_TEMPLATE, SPECIALS, layer_types
 
     tokenizer = bpe_tokenizer(SPECIALS, "<|im_end|>", "<|endoftext|>", QWEN3_5_CHAT_TEMPLATE)
