@@ -45,6 +45,17 @@ def adapter(tiny_model_dir):
     return QwenVLAdapter(str(tiny_model_dir))
 
 
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir, adapter):
+    """An engine on the tiny checkpoint answering in at most 4 tokens, one per test module (closed after it)."""
+    from streamvid.config import EngineConfig
+    from streamvid.engine.engine import Engine
+
+    engine = Engine(EngineConfig.from_settings(model=str(tiny_model_dir), max_new_tokens=4), adapter)
+    yield engine
+    engine.close()
+
+
 def random_frames(n: int, seed: int = 0, px: int = 56) -> list[np.ndarray]:
     rng = np.random.default_rng(seed)
     return [rng.integers(0, 256, (px, px, 3), dtype=np.uint8) for _ in range(n)]

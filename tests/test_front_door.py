@@ -15,7 +15,6 @@ import pytest
 
 from serve_helpers import running
 from streamvid.config import EngineConfig
-from streamvid.engine.engine import Engine
 from streamvid.serve import ServeOptions, build_app
 from streamvid.serve.front_door import Door, Throttle, host_name
 from streamvid.serve.server import check_bind
@@ -24,13 +23,6 @@ websockets_sync = pytest.importorskip("websockets.sync.client")
 from websockets.exceptions import InvalidStatus  # noqa: E402
 
 KEY = "a-long-enough-test-key"
-
-
-@pytest.fixture(scope="module")
-def engine(tiny_model_dir, adapter):
-    engine = Engine(EngineConfig.from_settings(model=str(tiny_model_dir), max_new_tokens=4), adapter)
-    yield engine
-    engine.close()
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,6 @@ import numpy as np
 import pytest
 from serve_helpers import speaking_server
 
-from streamvid.config import EngineConfig
-from streamvid.engine.engine import Engine
 
 openai = pytest.importorskip("openai")
 
@@ -52,13 +50,6 @@ class ToneVoice:
             self.permits.acquire(timeout=60)
         self.spoken.append(text)
         return tone(PER_CHAR * len(text)).astype(np.float32), RATE
-
-
-@pytest.fixture(scope="module")
-def engine(tiny_model_dir, adapter):
-    engine = Engine(EngineConfig.from_settings(model=str(tiny_model_dir), max_new_tokens=4), adapter)
-    yield engine
-    engine.close()
 
 
 @pytest.fixture

@@ -17,8 +17,6 @@ import numpy as np
 import pytest
 from serve_helpers import png, running, speaking_server, wait_until
 
-from streamvid.config import EngineConfig
-from streamvid.engine.engine import Engine
 from streamvid.serve import ServeOptions, build_app
 from streamvid.audio.encoding import Encoder
 from streamvid.serve import speech_route
@@ -57,13 +55,6 @@ class GatedVoice:
     def release(self, n: int = 1) -> None:
         for _ in range(n):
             self._permits.release()
-
-
-@pytest.fixture(scope="module")
-def engine(tiny_model_dir, adapter):
-    engine = Engine(EngineConfig.from_settings(model=str(tiny_model_dir), max_new_tokens=4), adapter)
-    yield engine
-    engine.close()
 
 
 @pytest.fixture
