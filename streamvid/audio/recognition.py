@@ -14,8 +14,8 @@ utterance by at most one utterance of each other stream waiting (besides the one
 Round-robin: the streams with utterances waiting take turns in the order they started waiting; a stream served
 goes to the back of the line while it has more. Within a stream, utterances keep their order.
 
-With a backlog a recogniser on the CPU takes at most SHARE of one core: after an utterance that took d seconds to decode the
-next one starts no sooner than d * (1 / SHARE - 1) later (`rest_s`), so clients that keep it busy (a flood of long
+With a backlog a recogniser on the CPU takes at most SHARE of one core: after an utterance that took d seconds to
+decode the next one starts no sooner than d * (1 / SHARE - 1) later (`rest_s`), so clients that keep it busy (a flood of long
 spoken questions, many streams heard at once) leave the cores to the engine and the requests of everyone else. An
 utterance after a pause is decoded at once: a turn's latency is the decoding alone. (A recogniser on a GPU does not
 rest.)
@@ -213,7 +213,7 @@ async def off_loop(job: Callable, *args):
     return await asyncio.wrap_future(_pool.submit(job, *args))
 
 
-NICENESS = 10  # sound work (voice detection, recognition, synthesis, decoding requests) gives way to the engine's forwards
+NICENESS = 10  # sound work (voice detection, recognition, synthesis, decoding) gives way to the engine's forwards
 
 
 def below_the_engine() -> None:
