@@ -15,10 +15,10 @@ Round-robin: the streams with utterances waiting take turns in the order they st
 goes to the back of the line while it has more. Within a stream, utterances keep their order.
 
 With a backlog a recogniser on the CPU takes at most SHARE of one core: after an utterance that took d seconds to
-decode the next one starts no sooner than d * (1 / SHARE - 1) later (`rest_s`), so clients that keep it busy (a flood of long
-spoken questions, many streams heard at once) leave the cores to the engine and the requests of everyone else. An
-utterance after a pause is decoded at once: a turn's latency is the decoding alone. (A recogniser on a GPU does not
-rest.)
+decode the next one starts no sooner than d * (1 / SHARE - 1) later (`rest_s`), so clients that keep it busy (a
+flood of long spoken questions, many streams heard at once) leave the cores to the engine and the requests of
+everyone else. An utterance after a pause is decoded at once: a turn's latency is the decoding alone. (A recogniser
+on a GPU does not rest.)
 """
 
 from __future__ import annotations

@@ -10,17 +10,18 @@ speaks (OpenAI's voice names are not ours); `speed` and `instructions` are accep
 default: audio/wav, PCM16) or "pcm" (audio/pcm: the raw samples, s16le), encoded by audio/encoding.py; another is
 a one-line 400 naming it. `--tts off` answers 409.
 
-Synthesis has a pool of its own (SPEECH_SLOTS threads, "streamvid-speech"), never the event loop's default
-executor that the other routes' work runs on, and at most SPEECH_SLOTS replies are spoken at once per process: one
-more is answered 429 at once (with Retry-After: 1), not queued; an address that keeps retrying at once (more than
-refusal_pace.PACE_AFTER refusals a second) has its next refusals held for that second before they are sent.
-The input is at most MAX_INPUT characters, spoken piece by piece (sentences, each at most MAX_PIECE characters): a reply of one piece is sent whole (a WAV with its exact
-length); a longer one is streamed, each piece encoded and sent as soon as it is spoken (a WAV's header leaves the
-length open, 0xFFFFFFFF, read to the end, as OpenAI's streamed WAVs do). A piece that fails to speak ends the
-stream there (logged; an encoded reply is closed properly first). A streamed reply is spoken ahead of its playback
-only so far: its first LEAD_S seconds of sound at once, then at most PACE times real time (`ahead_wait_s`), so
-the slots of a server flooded with long replies cost it a few percent of a core, not whole cores: a 4,095-character
-reply (about 4 minutes of speech) arrives in about a minute, always well ahead of a player.
+Synthesis has a pool of its own (SPEECH_SLOTS threads, "streamvid-speech"), never the event loop's default executor
+that the other routes' work runs on, and at most SPEECH_SLOTS replies are spoken at once per process: one more is
+answered 429 at once (with Retry-After: 1), not queued; an address that keeps retrying at once (more than
+refusal_pace.PACE_AFTER refusals a second) has its next refusals held for that second before they are sent. The
+input is at most MAX_INPUT characters, spoken piece by piece (sentences, each at most MAX_PIECE characters): a reply
+of one piece is sent whole (a WAV with its exact length); a longer one is streamed, each piece encoded and sent as
+soon as it is spoken (a WAV's header leaves the length open, 0xFFFFFFFF, read to the end, as OpenAI's streamed WAVs
+do). A piece that fails to speak ends the stream there (logged; an encoded reply is closed properly first). A
+streamed reply is spoken ahead of its playback only so far: its first LEAD_S seconds of sound at once, then at most
+PACE times real time (`ahead_wait_s`), so the slots of a server flooded with long replies cost it a few percent of a
+core, not whole cores: a 4,095-character reply (about 4 minutes of speech) arrives in about a minute, always well
+ahead of a player.
 """
 
 from __future__ import annotations
