@@ -31,7 +31,7 @@ from streamvid.kv.budget import KVShape, budgets
 from streamvid.kv.memory import StoredBlock
 from streamvid.kv.positions import layout
 from streamvid.media.file_source import FileSource
-from streamvid.types import Question
+from streamvid.language.asked import Question
 
 CHOICES = [("float", 1.0), ("int8", 1.0), ("int4", 1.0), ("int8", 0.75), ("int8", 0.5), ("float", 0.5)]
 QWEN25_VL_7B = {"hidden_size": 3584, "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4}

@@ -5,9 +5,9 @@
 For each synth folder (`streamvid synth --seed S --out DIR`, with sound): the file's sound as `streamvid run` cuts
 it (`FileSource.sound()`, `vad.Segmenter`), each utterance transcribed by the default recogniser twice: told
 nothing, and told the phrases of the stream's said questions ("Tell me when someone says 'x'.") asked at or before
-the utterance's start (`speech_triggers.Listening`, as `Stream.hints` tells it, without a wake word). For every
+the utterance's start (`listening.Listening`, as `Stream.hints` tells it, without a wake word). For every
 (utterance, phrase told) pair: whether the gold lines overlapping the utterance say the phrase and whether each
-transcript does (`speech_index.holds`). No VLM runs. Prints every utterance whose words changed on stderr and
+transcript does (`language/text.holds`). No VLM runs. Prints every utterance whose words changed on stderr and
 one JSON summary on stdout.
 """
 
@@ -19,8 +19,9 @@ from pathlib import Path
 
 from streamvid.audio.asr import load_recognizer
 from streamvid.audio.vad import Segmenter
-from streamvid.engine.speech_triggers import Listening
-from streamvid.kv.speech_index import holds
+from streamvid.engine.listening import Listening
+from streamvid.language.asked import watched
+from streamvid.language.text import holds
 from streamvid.media.file_source import FileSource
 
 
@@ -35,7 +36,7 @@ def main() -> None:
         listening = Listening()
         for e in ep["events"]:
             if e.get("task") == "forward_said":
-                listening.note(e["text"], e["t"])
+                listening.note(watched(e["text"]), e["t"])
         src, seg, cut = FileSource(str(video), fps=2.0), Segmenter(), []
         for chunk in src.sound() or ():
             cut += seg.feed(chunk)

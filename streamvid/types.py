@@ -1,4 +1,4 @@
-"""Value objects passed between stages: frames, questions and outputs; the KV segments an adapter encodes and the
+"""Value objects passed between stages: frames and outputs; the KV segments an adapter encodes and the
 contexts it runs on. Immutable once built; safe to hand from one thread to another.
 
 A KV segment is one (keys, values) pair per decoder layer, each shaped (1, kv_heads, n_tokens, head_dim), keys
@@ -25,17 +25,6 @@ class Frame:
     image: np.ndarray  # (H, W, 3) uint8, RGB
     t_s: float  # stream time in seconds (0 = start of the stream)
     index: int  # running count of frames emitted by the source, from 0
-
-
-@dataclass(frozen=True)
-class Question:
-    id: str
-    text: str
-    t_s: float  # stream time at which it was asked
-    asked_s: float = field(default_factory=time.perf_counter)  # wall clock (perf_counter) when it arrived: TTFT's 0
-    # earlier (question, answer) turns to answer with instead of the stream's own dialogue (an API client's
-    # conversation); None: the stream's
-    dialogue: tuple[tuple[str, str], ...] | None = None
 
 
 class Output:

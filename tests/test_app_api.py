@@ -68,7 +68,7 @@ def engine_answer(adapter, clip: str, t_s: float, question: str) -> dict:
     """The engine's own answer on the same frames, without the app or threads: every frame up to t_s through the
     engine stepped on this thread, then the question answered on the window, as a live session answers it (the
     pushed frames end on a chunk boundary, so nothing is left pending)."""
-    from streamvid.types import Question
+    from streamvid.language.asked import Question
 
     sa = StreamingAssistant(CONFIG, adapter=adapter)
     try:

@@ -20,8 +20,8 @@ from streamvid.assistant.session_store import SnapshotError, check_embedder
 from streamvid.cli.main import build_parser, engine_config, main
 from streamvid.config import EngineConfig
 from streamvid.kv.positions import concat
+from streamvid.language.asked import Question
 from streamvid.types import Encoded
-from streamvid.types import Question
 
 CLIP_DIM = 24
 SIGLIP_DIM = 32

@@ -26,7 +26,8 @@ from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
 from streamvid.kv.positions import concat
 from streamvid.kv.window import Block
-from streamvid.types import Context, Frame, Question
+from streamvid.language.asked import Question
+from streamvid.types import Context, Frame
 
 ARCHS = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision", "llava-next-video", "smolvlm2", "internvl3.5")
 ADAPTER_CLASS = {"qwen2-vl": "QwenVLAdapter", "qwen2.5-vl": "QwenVLAdapter", "qwen3-vl": "Qwen3VLAdapter",

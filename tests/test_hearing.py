@@ -12,7 +12,6 @@ failure.
 
 from __future__ import annotations
 
-import dataclasses
 import io
 import os
 import shutil
@@ -28,8 +27,8 @@ from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.audio.pcm import RATE, AudioChunk, file_audio, pcm16_samples, wav_samples
 from streamvid.audio.vad import WINDOW, Segmenter
 from streamvid.config import EngineConfig
-from streamvid.engine.speech_triggers import Heard, heard_condition
-from streamvid.kv.speech_index import holds, words
+from streamvid.language.heard import Heard, heard_condition
+from streamvid.language.text import holds, words
 from streamvid.media.file_source import FileSource
 
 SPEECH = [(3.0, "where are my keys"), (12.0, "stop"), (20.0, "the keys are on the table")]

@@ -27,7 +27,8 @@ from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
 from streamvid.kv.positions import concat
 from streamvid.kv.window import Block
-from streamvid.types import Context, Frame, Question
+from streamvid.language.asked import Question
+from streamvid.types import Context, Frame
 
 TOL = 1e-4
 FPS = 2.0

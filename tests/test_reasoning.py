@@ -11,7 +11,8 @@ from streamvid.adapters.row_by_row import RowByRow
 from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
 from streamvid.engine.reasoning import stream_times
-from streamvid.types import Frame, Question
+from streamvid.language.asked import Question
+from streamvid.types import Frame
 
 
 class SpyAdapter(RowByRow):

@@ -25,7 +25,8 @@ from streamvid.assets import DEMO_VIDEOS
 from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
 from streamvid.media.file_source import FileSource
-from streamvid.types import Output, Question
+from streamvid.language.asked import Question
+from streamvid.types import Output
 
 DEMO = DEMO_VIDEOS / "shapes_7"
 CLIP = DEMO / "shapes_7.mp4"

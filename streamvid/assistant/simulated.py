@@ -14,7 +14,9 @@ import queue
 from collections.abc import Sequence
 
 from streamvid.assistant.hearing import hearing_for
-from streamvid.types import Output, Question
+from streamvid.types import Output
+from streamvid.language import user_text
+from streamvid.language.asked import Question, condition_of, watched
 
 
 class SimulatedRun:
@@ -41,9 +43,13 @@ class SimulatedRun:
         results: list[Output] = []
         self.ingest.source = source
         self._tap(source)
-        for t, text, kind in pending:  # known ahead: the recogniser listens for the phrases asked from their time
-            if kind != "probe":
-                self.stream.listening.note(text, t + self.ingest.t_offset_s)
+        # each question and watch parsed once, known ahead: the recogniser listens for the phrases asked from their
+        # time on
+        parsed = {"answer": condition_of, "watch": lambda text: watched(user_text.clean(text, "condition")),
+                  "probe": lambda text: None}
+        pending = [(t, text, kind, parsed[kind](text)) for t, text, kind in pending]
+        for t, _, _, condition in pending:
+            self.stream.listening.note(condition, t + self.ingest.t_offset_s)
         self.hearing = hearing_for(self.config, source, self.stream, replay=True)
 
         def drain() -> None:
@@ -58,16 +64,16 @@ class SimulatedRun:
                     results.append(out)
 
         def handle_next() -> None:
-            t, text, kind = pending.pop(0)
+            t, text, kind, condition = pending.pop(0)
             t += self.ingest.t_offset_s  # times are the input's own; the session's clock may have started earlier
             if kind == "watch":  # starts with the next decided chunk; the chunking is left as it is
-                self.stream.watch(text, t)
+                self.stream.watch(condition, t)
                 return
             snap = self.window.snapshot()
             if (tail := self.ingest.tail()) is not None:  # the unfinished chunk, for this answer alone
                 snap = dataclasses.replace(snap, blocks=(*snap.blocks, tail))
             if kind == "answer":
-                self.stream.put(text, t, snapshot=snap)
+                self.stream.put(text, t, snapshot=snap, condition=condition)
                 drain()
             else:
                 results.append(self.reasoning.probe(Question(f"p{len(results)}", text, t), snap))

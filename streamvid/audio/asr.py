@@ -40,7 +40,7 @@ class Recognizer(Protocol):
 
     def transcribe(self, samples: np.ndarray, hint: str | None = None) -> str:
         """The words of one utterance (float32 mono at pcm.RATE); "" when it heard none. `hint`: words the speaker
-        may say, comma separated (the wake word, the phrases users asked to hear: speech_triggers.Listening), for
+        may say, comma separated (the wake word, the phrases users asked to hear: listening.Listening), for
         recognisers that can be told (Whisper's hotwords)."""
         ...
 

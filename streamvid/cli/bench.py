@@ -159,7 +159,8 @@ def summary(report: dict) -> dict:
 # ---- the parts ------------------------------------------------------------------------------------------
 def _stream(adapter, cfg: BenchConfig, frames: list[np.ndarray], log) -> dict:
     from streamvid.assistant.assistant import StreamingAssistant
-    from streamvid.types import Frame, Question
+    from streamvid.language.asked import Question
+    from streamvid.types import Frame
 
     engine = _engine_config(cfg)
     points = []
@@ -216,7 +217,7 @@ def _stream(adapter, cfg: BenchConfig, frames: list[np.ndarray], log) -> dict:
 def _decode_rate(sa, config, cfg: BenchConfig, index: int) -> dict:
     """Answers of up to `decode_tokens` tokens with retrieval on the stream as it is: tokens after the first over
     the time after the first (the answer's own `tokens_per_s`), pooled over the answers."""
-    from streamvid.types import Question
+    from streamvid.language.asked import Question
 
     worker = sa.reasoner(config.replace(retrieve_for_now=True))
     tokens, seconds, answers = 0, 0.0, 0

@@ -55,7 +55,8 @@ from streamvid.errors import Busy
 from streamvid.kv.budget import budgets
 from streamvid.kv.positions import concat
 from streamvid.kv.window import Block
-from streamvid.types import ChunkJob, Output, Question, Token, Transcript
+from streamvid.language.asked import Question
+from streamvid.types import ChunkJob, Output, Token, Transcript
 
 log = logging.getLogger(__name__)
 

@@ -29,13 +29,14 @@ from streamvid.adapters.embedders import Embedder, ModelEmbedder
 from streamvid.config import EngineConfig
 from streamvid.engine import limits
 from streamvid.engine.proactive import ChangeGate, FiringRule, NarrationPolicy
-from streamvid.engine.speech_triggers import Heard, heard_condition
 from streamvid.kv.memory import LongTermMemory
 from streamvid.kv.positions import layout
 from streamvid.kv.window import Block, KVWindow, WindowSnapshot
-from streamvid.language.future import Probe, acknowledgement, parse_request
+from streamvid.language.future import Probe
+from streamvid.language.heard import Heard
 from streamvid.language.scope import about_now, about_speech
-from streamvid.types import Alert, Answer, Context, Narration, Output, ProbeResult, Question, Token
+from streamvid.language.asked import Question
+from streamvid.types import Alert, Answer, Context, Narration, Output, ProbeResult, Token
 
 # the answer to a question asked before any frame or speech arrived (the model would answer from the prompt alone)
 NOTHING_SEEN = "I have not seen or heard anything yet. Ask again once the video has started."
@@ -226,16 +227,12 @@ class Reasoning:
         question's id and is acknowledged at once (the acknowledgement is returned, and emitted); any other
         question is laid out for answering on `snap` (by default a snapshot of the window taken now): retrieval,
         the context and the prompt with the dialogue."""
-        request = parse_request(q.text)
-        if request is not None:
+        if (c := q.condition) is not None:
             rule = FiringRule(self.config.triggers.thresholds())
-            heard = heard_condition(request.condition)
-            probe = heard.probe if heard is not None else request.probe
-            tokens = 0 if heard is not None else limits.prompt_tokens(self.adapter, probe.question)
-            self.triggers.add(Trigger(q.id, request.condition, probe, rule, once=not request.repeat,
-                                      created_t_s=q.t_s, tokens=tokens, heard=heard))
-            said = f"OK, I will tell you {'every time' if request.repeat else 'when'} {request.condition}."
-            ack = Answer(q.id, said if heard is not None else acknowledgement(request), q.text, round(q.t_s, 3), round(q.t_s - self.t_offset_s, 3),
+            tokens = 0 if c.heard is not None else limits.prompt_tokens(self.adapter, c.probe.question)
+            self.triggers.add(Trigger(q.id, c.phrase, c.probe, rule, once=not c.repeat, created_t_s=q.t_s,
+                                      tokens=tokens, heard=c.heard))
+            ack = Answer(q.id, c.acknowledgement(), q.text, round(q.t_s, 3), round(q.t_s - self.t_offset_s, 3),
                          round(1000 * (time.perf_counter() - q.asked_s), 1), 0, None, [], [], trigger_id=q.id)
             self.answered += 1
             if emit is not None:

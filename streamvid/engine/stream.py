@@ -42,14 +42,15 @@ from streamvid.errors import Busy
 from streamvid.engine.ingest import Ingest
 from streamvid.engine.proactive import FiringRule
 from streamvid.engine.reasoning import Answering, Reasoning, Trigger
-from streamvid.engine.speech_triggers import Listening, heard_condition
+from streamvid.engine.listening import Listening
 from streamvid.kv.budget import window_tokens_for
 from streamvid.kv.memory import LongTermMemory
 from streamvid.kv.window import Block, KVWindow, WindowSnapshot
 from streamvid.language import user_text
-from streamvid.language.future import parse_request, probe_for
+from streamvid.language.asked import PARSE, Condition, condition_of, watched
 from streamvid.language.wake_word import addressed
-from streamvid.types import Alert, Frame, Output, Question, Status, Transcript, Utterance, VoiceActivity
+from streamvid.language.asked import Question
+from streamvid.types import Alert, Frame, Output, Status, Transcript, Utterance, VoiceActivity
 
 
 log = logging.getLogger(__name__)
@@ -102,7 +103,8 @@ class Stream:
         self.listening = Listening(config.wake_word)  # the phrases asked to hear: told to the recogniser (hints)
         self._inbox_size = 2 * config.frames_per_chunk  # frames not yet taken into chunks (one chunk ahead)
         self._questions: deque[tuple[Question, WindowSnapshot | None]] = deque()
-        self._scheduled: list[tuple[float, str, bool]] = []  # (stream time, text, is a watch), by time
+        # (stream time, text, its condition, is a watch), by time
+        self._scheduled: list[tuple[float, str, Condition | None, bool]] = []
         self._finishing = False  # no more frames will come
         self.ended = threading.Event()  # every frame of a finished input is encoded (or the stream closed/failed)
         self.closed = False
@@ -153,7 +155,7 @@ class Stream:
 
     def hints(self, t_s: float) -> str | None:
         """What the recogniser is told for an utterance starting at input time `t_s` (listener's thread): the
-        wake word and the phrases asked to hear by then (speech_triggers.Listening)."""
+        wake word and the phrases asked to hear by then (listening.Listening)."""
         return self.listening.hint(t_s + self.ingest.t_offset_s)
 
     def voice(self, event: str, t_s: float) -> None:
@@ -180,46 +182,53 @@ class Stream:
         `dialogue`: earlier (question, answer) turns to answer with instead of the stream's own (the last
         dialogue_turns of them). Raises BusyError when the queue is full, ValueError for bad text."""
         text = user_text.clean(text)  # ValueError: not text, empty, or too many characters
+        return self._ask(text, condition_of(text), t_s, dialogue)
+
+    def _ask(self, text: str, condition: Condition | None, t_s: float | None,
+             dialogue: list[tuple[str, str]] | None = None) -> str:
         limits.check_question(self.adapter, text, self.config.generation.max_question_tokens)
-        if (request := parse_request(text)) is not None:  # "tell me when ...": a standing trigger once asked
-            limits.check_condition(self.adapter, request.probe.question, self.config.triggers.max_condition_tokens)
+        if condition is not None:  # "tell me when ...": a standing trigger once asked
+            if condition.heard is None:
+                limits.check_condition(self.adapter, condition.probe.question,
+                                       self.config.triggers.max_condition_tokens)
             self.reasoning.triggers.check_room(self.config.triggers.max_watches)
         turns = None if dialogue is None else tuple(
             (user_text.clean(q), user_text.clean(a, "answer") if str(a).strip() else "") for q, a in dialogue)
-        return self.put(text, self.ingest.latest_t_s if t_s is None else t_s, dialogue=turns)
+        return self.put(text, self.ingest.latest_t_s if t_s is None else t_s, dialogue=turns, condition=condition)
 
     def put(self, text: str, t_s: float, snapshot: WindowSnapshot | None = None,
-            dialogue: tuple[tuple[str, str], ...] | None = None) -> str:
+            dialogue: tuple[tuple[str, str], ...] | None = None, condition: Condition | None = PARSE) -> str:
         """Queue a question as given (a replay's benchmark prompt, taken verbatim); `snapshot`: answer on these
-        window blocks instead of the window when the answer starts (a replay's window plus its unfinished chunk).
-        Returns its id; BusyError when the queue is full."""
+        window blocks instead of the window when the answer starts (a replay's window plus its unfinished chunk);
+        `condition`: the text's, when the caller parsed it already. Returns its id; BusyError when the queue is
+        full."""
         with self._lock:
             if len(self._questions) >= (size := self.config.generation.question_queue_size):
                 raise BusyError(f"busy: {size} questions are waiting; ask again shortly")
             qid = f"q{next(self._ids)}"
-            self._questions.append((Question(qid, text, t_s, dialogue=dialogue), snapshot))
-        self.listening.note(text, t_s)
+            q = Question(qid, text, t_s, dialogue=dialogue, condition=condition)
+            self._questions.append((q, snapshot))
+        self.listening.note(q.condition, t_s)
         self.on_work()
         return qid
 
-    def watch(self, condition: str, t_s: float | None = None, **thresholds) -> str:
-        """Start a standing trigger (see StreamingAssistant.watch); returns its id ("w0", "w1", ...)."""
-        condition = user_text.clean(condition, "condition")
-        request = parse_request(condition)
-        phrase = request.condition if request is not None else " ".join(condition.split()).rstrip(".!")
-        heard = heard_condition(phrase)  # "said: stop", "someone says 'help'": decided on transcripts, no probe
-        if heard is not None:
-            probe, tokens = heard.probe, 0
-        else:
-            probe = probe_for(condition)  # raises ValueError for an empty condition
-            tokens = limits.check_condition(self.adapter, probe.question, self.config.triggers.max_condition_tokens)
+    def watch(self, condition: str | Condition, t_s: float | None = None, **thresholds) -> str:
+        """Start a standing trigger (see StreamingAssistant.watch) on a condition as typed, or parsed already
+        (`asked.watched`); returns its id ("w0", "w1", ...)."""
+        if not isinstance(condition, Condition):
+            condition = watched(user_text.clean(condition, "condition"))  # ValueError: empty, or no phrase
+        tokens = 0
+        if condition.heard is None:  # "said: stop", "someone says 'help'": decided on transcripts, no probe
+            tokens = limits.check_condition(self.adapter, condition.probe.question,
+                                            self.config.triggers.max_condition_tokens)
         rule = FiringRule(self.config.triggers.thresholds().replace(**thresholds))
         self.reasoning.triggers.check_room(self.config.triggers.max_watches)  # before an id is taken
         trigger_id = f"w{next(self._watch_ids)}"
         t_s = self.ingest.latest_t_s if t_s is None else t_s
-        self.listening.note(phrase, t_s)
-        self.reasoning.triggers.add(Trigger(trigger_id, phrase, probe, rule, once=False, created_t_s=t_s,
-                                            tokens=tokens, heard=heard), limit=self.config.triggers.max_watches)
+        self.listening.note(condition, t_s)
+        self.reasoning.triggers.add(Trigger(trigger_id, condition.phrase, condition.probe, rule, once=False,
+                                            created_t_s=t_s, tokens=tokens, heard=condition.heard),
+                                    limit=self.config.triggers.max_watches)
         self.on_work()
         return trigger_id
 
@@ -227,9 +236,10 @@ class Stream:
         """Ask `text` (or, with `watch`, start watching it) once the stream reaches time `t_s` (or its input ends);
         a question waits for room on the questions queue. ValueError for bad text, at once."""
         text = user_text.clean(text, "condition" if watch else "question")
-        self.listening.note(text, t_s)  # known ahead: the recogniser listens for it from t_s on
+        condition = watched(text) if watch else condition_of(text)
+        self.listening.note(condition, t_s)  # known ahead: the recogniser listens for it from t_s on
         with self._lock:
-            self._scheduled.append((t_s, text, watch))
+            self._scheduled.append((t_s, text, condition, watch))
             self._scheduled.sort(key=lambda item: item[0])
         self.on_work()
 
@@ -283,14 +293,14 @@ class Stream:
             with self._lock:
                 if not self._scheduled or not (everything or self._scheduled[0][0] <= now):
                     return
-                t_s, text, watch = self._scheduled[0]
+                t_s, text, condition, watch = self._scheduled[0]
                 if not watch and len(self._questions) >= self.config.generation.question_queue_size:
                     return
                 self._scheduled.pop(0)
             if watch:
-                self.watch(text, t_s)
+                self.watch(condition, t_s)
             else:
-                self.ask(text, min(t_s, now))
+                self._ask(text, condition, min(t_s, now))
 
     def next_question(self) -> tuple[Question, WindowSnapshot | None] | None:
         """The next question to answer; None while there is none, or while the stream's first chunk waits for its

@@ -32,7 +32,7 @@ def judge_name(model: str) -> str:
 def judge_trace(episodes: list[dict], trace_path: str | Path, config: EngineConfig) -> int:
     """Append judge records for the open-ended replies not yet judged by this model; returns how many."""
     from streamvid.assistant.assistant import StreamingAssistant
-    from streamvid.types import Question
+    from streamvid.language.asked import Question
 
     trace_path = Path(trace_path)
     records = [json.loads(x) for x in trace_path.read_text().splitlines() if x.strip()]

@@ -2,9 +2,9 @@
 
 A question about what was said ("when did someone say 'seven'?", "what did she say about the keys?") is matched
 against the transcripts of the speech blocks memory holds: exactly by its words (a quoted phrase first, else its
-content words; case, punctuation and numbers written as digits or words ignored: eval/wer.words), then by the embedder's vectors
-(FAISS inner product over the speech blocks alone, so that a question about the picture is searched among the
-video blocks exactly as without sound).
+content words; case, punctuation and numbers written as digits or words ignored: language/text.words), then by
+the embedder's vectors (FAISS inner product over the speech blocks alone, so that a question about the picture is
+searched among the video blocks exactly as without sound).
 
     index = SpeechIndex(dim)
     index.add(block_id, "Put the keys on the table.", vector)
@@ -19,7 +19,7 @@ import threading
 import faiss
 import numpy as np
 
-from streamvid.language.text import words
+from streamvid.language.text import holds, words
 
 STOP = set("""a an the and or but of to in on at by for with from about is are was were be been am do does did done
 it its this that these those there here what which who whom whose when where why how i you he she we they me him
@@ -32,12 +32,6 @@ def quoted(text: str) -> str | None:
     """The phrase a question quotes ('seven', "stop it", “help”), if any."""
     m = re.search(r"[\"“”']([^\"“”']+)[\"“”']", text)
     return m.group(1).strip() if m and m.group(1).strip() else None
-
-
-def holds(transcript: str, phrase: str) -> bool:
-    """Whether `transcript` says `phrase` (as whole words, in order; case, punctuation and number forms ignored)."""
-    have, want = words(transcript), words(phrase)
-    return bool(want) and any(have[i:i + len(want)] == want for i in range(len(have) - len(want) + 1))
 
 
 class SpeechIndex:

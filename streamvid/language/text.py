@@ -62,3 +62,9 @@ def words(text: str) -> list[str]:
             out.append(str(int(tokens[i])) if tokens[i].isdigit() else tokens[i])
             i += 1
     return out
+
+
+def holds(transcript: str, phrase: str) -> bool:
+    """Whether `transcript` says `phrase` (as whole words, in order; case, punctuation and number forms ignored)."""
+    have, want = words(transcript), words(phrase)
+    return bool(want) and any(have[i:i + len(want)] == want for i in range(len(have) - len(want) + 1))

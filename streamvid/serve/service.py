@@ -8,12 +8,11 @@
         ...   # None first (subscribed) and on every idle tick, then every output of the stream as JSON
 
 Every method raises the hub's errors (streamvid.errors; errors.py gives their HTTP statuses) for what a client
-did wrong. A generator checks the
-stream before its first item, so a caller can answer 404 before it starts a streamed response. Blocking work runs on
+did wrong. A generator checks the stream before its first item, so a caller can answer 404 before it starts a streamed response. Blocking work runs on
 worker threads; the event loop only queues. Opening a URL source (its host lookup here, then its connect and probe
 after `open` has answered with state "opening") runs on the hub's open pool (`Hub.opener`); everything else
-(opening a clip, a file or "push", decoding an image, a status read, stopping a stream) on asyncio's default
-executor, so no request waits behind another stream's network; pushed sound and spoken questions, which may wait for
+(opening a clip, a file or "push", decoding an image, a question or condition put in the chat template and
+tokenised, a status read, stopping a stream) on asyncio's default executor, so no request waits behind another stream's network; pushed sound and spoken questions, which may wait for
 the shared speech recogniser, on the sound pool (audio/recognition.py), so they never hold the default executor.
 """
 
@@ -91,16 +90,16 @@ class HubService:
 
     async def question(self, sid: str, text: object) -> dict:
         """Queue a question without waiting for its answer (the realtime socket's); {"id": qid}."""
-        return {"id": self.hub.ask(sid, text)}
+        return {"id": await asyncio.to_thread(self.hub.ask, sid, text)}  # (templated and tokenised: off the loop)
 
     async def watch(self, sid: str, condition: object, fire: float | None = None, reset: float | None = None) -> dict:
-        return self.hub.watch(sid, condition, fire=fire, reset=reset)
+        return await asyncio.to_thread(self.hub.watch, sid, condition, fire=fire, reset=reset)
 
     async def watches(self, sid: str) -> list[dict]:
         return self.hub.watches(sid)
 
     async def unwatch(self, sid: str, wid: str) -> dict:
-        return self.hub.unwatch(sid, wid)
+        return await asyncio.to_thread(self.hub.unwatch, sid, wid)
 
     async def alerts(self, sid: str) -> list[dict]:
         return await asyncio.to_thread(self.hub.alerts, sid)
@@ -123,7 +122,7 @@ class HubService:
         fails first, Timeout after options.answer_timeout_s."""
         sub = self.hub.subscribe(sid, deltas=True, loop=asyncio.get_running_loop())
         try:
-            qid = self.hub.ask(sid, text, dialogue)
+            qid = await asyncio.to_thread(self.hub.ask, sid, text, dialogue)
             yield {"type": "question", "id": qid, "stream_id": sid}
             deadline = time.monotonic() + self.options.answer_timeout_s
             while True:

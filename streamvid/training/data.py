@@ -248,7 +248,7 @@ class TrainingData:
         least one frame before the next (gaps drawn with mean `turn_gap_s`), a user question (of the training's
         `DIALOGUE_FAMILIES`, by their weights; the current question's family with probability `same_family_p`)
         with the answer that was right when it was asked. Fewer where the stream is too young."""
-        cfg, tl = self.cfg, self.timelines[ti]
+        cfg = self.cfg
         out, k = [], k_now
         names = [f for f in DIALOGUE_FAMILIES if f in cfg.families] or list(DIALOGUE_FAMILIES)
         w = np.array([cfg.families.get(f, 1.0) for f in names], dtype=float)

@@ -1,5 +1,5 @@
 """Conditions on what is heard: "tell me when someone says 'stop'", a watch "said: help", "tell me when someone
-speaks". They are decided on each utterance's transcript, exactly and without a forward (reasoning.py `hear`):
+speaks". They are decided on each utterance's transcript, exactly and without a forward (engine/reasoning.py `hear`):
 
     heard_condition("someone says 'stop'")      # Heard(phrase="stop")
     heard_condition("said: help me")            # Heard(phrase="help me")
@@ -7,28 +7,18 @@ speaks". They are decided on each utterance's transcript, exactly and without a 
     heard_condition("a blue star appears")      # None: a condition on the picture (a probe, future.py)
 
 A phrase matches a transcript that says it as whole words in order, case, punctuation and number forms ignored
-(speech_index.holds).
-
-    listening = Listening(wake_word="assistant")
-    listening.note("Tell me when someone says 'hexagon'.", t_s=12.0)   # a question or a watch's condition
-    listening.hint(15.3)                                               # "assistant, hexagon": for the recogniser
-
-The phrases users asked to hear are told to the speech recogniser (Whisper's hotwords) for the utterances that
-start after they were asked: on held-out synth streams, utterances saying a watched word held it 58 times in 85
-told nothing and 76 told, and the rest of their words were heard better too (benchmarks/RESULTS.md).
+(text.holds).
 """
 
 from __future__ import annotations
 
 import re
-import threading
 from dataclasses import dataclass
 
-from streamvid.kv.speech_index import holds
-from streamvid.language.future import Probe, parse_request
+from streamvid.language.future import Probe
+from streamvid.language.text import holds
 
 SILENCE_S = 5.0  # "someone speaks": an utterance after at least this long without one
-MAX_HINTS = 8  # phrases told to the recogniser at once (the newest asked)
 
 _WHO = r"(?:someone|somebody|anyone|anybody|a\s+person|people|he|she|they|you|i|the\s+speaker|a\s+voice|\w+)"
 _SAYS = r"(?:says|say|said|mentions|mention|shouts|shout|yells|yell|calls\s+out|utters|asks\s+for|is\s+saying)"
@@ -82,40 +72,3 @@ def heard_condition(condition: str) -> Heard | None:
                 return Heard(None)
             return Heard(phrase)
     return None
-
-
-class Listening:
-    """The phrases a stream's users asked to hear, each from the stream time it was asked; what the recogniser is
-    told for an utterance. A phrase stays once asked (its trigger may have fired or been stopped): the newest
-    MAX_HINTS are told. Any thread."""
-
-    def __init__(self, wake_word: str | None = None):
-        self.wake_word = wake_word or None
-        self._lock = threading.Lock()
-        self._asked: list[tuple[float, str]] = []
-
-    def note(self, text: str, t_s: float) -> None:
-        """Remember the phrase `text` asks to hear, when it asks to hear one: a question ("tell me when someone says
-        'stop'") or a watch's condition ("said: stop", "someone says help"); anything else is ignored."""
-        request = parse_request(text)
-        try:
-            heard = heard_condition(request.condition if request is not None else text)
-        except ValueError:
-            return
-        if heard is not None and heard.phrase is not None:
-            with self._lock:  # (a scheduled question is noted when scheduled and again when asked: once is enough)
-                if not any(p == heard.phrase and t <= t_s for t, p in self._asked):
-                    self._asked.append((t_s, heard.phrase))
-
-    def hint(self, t_s: float) -> str | None:
-        """What the recogniser is told for an utterance starting at stream time `t_s`: the wake word, then the
-        phrases asked at or before `t_s`, newest first, each once, comma separated (None: nothing)."""
-        with self._lock:
-            asked = [p for t, p in self._asked if t <= t_s + 1e-6]
-        words: list[str] = []
-        for phrase in asked[::-1]:
-            if phrase.lower() not in (w.lower() for w in words) and len(words) < MAX_HINTS:
-                words.append(phrase)
-        if self.wake_word and self.wake_word.lower() not in (w.lower() for w in words):
-            words.insert(0, self.wake_word)
-        return ", ".join(words) or None
