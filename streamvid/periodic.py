@@ -5,7 +5,7 @@
     saver.stop()          # saver.runs: calls that returned; saver.error: the last call that raised
 
 A call that raises is logged (with `what`) and kept in `error`; the next period calls again. Used for session
-autosaves (session_store.Autosaver), the hub's idle-stream closing (streamvid.hub) and the web app's session
+autosaves (session_lock.Autosaver), the hub's idle-stream closing (streamvid.hub) and the web app's session
 reaper (app/manager.py).
 """
 

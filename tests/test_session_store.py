@@ -24,7 +24,7 @@ import torch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from streamvid.assistant import session_store
+from streamvid.assistant import session_lock, session_store
 from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.assistant.session_store import SnapshotError
 from streamvid.config import EngineConfig
@@ -157,13 +157,13 @@ def test_other_format_version_and_other_model_are_refused(tiny_model_dir, adapte
 
 
 def test_a_second_process_cannot_use_a_session_in_use(tmp_path):
-    lock = session_store.SessionLock(tmp_path / "s")
-    code = ("import sys; from streamvid.assistant.session_store import SessionLock\n"
+    lock = session_lock.SessionLock(tmp_path / "s")
+    code = ("import sys; from streamvid.assistant.session_lock import SessionLock\n"
             "try:\n    SessionLock(sys.argv[1])\nexcept ValueError as e:\n    print(e)\n")
     p = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s")], capture_output=True, text=True, timeout=60)
     assert "in use by another streamvid process" in p.stdout
     lock.release()
-    session_store.SessionLock(tmp_path / "s").release()
+    session_lock.SessionLock(tmp_path / "s").release()
 
 
 CHILD = textwrap.dedent('''

@@ -1,5 +1,5 @@
-"""One stream fed from a source: StreamingAssistant, its hearing, and its snapshots (schema, store, the state at a
-cut).
+"""One stream fed from a source: StreamingAssistant, its hearing, and its snapshots (schema, store, window file,
+durable writes, the session lock and autosaver, the state at a cut).
 
 assistant/ knows nothing of HTTP, the hub's clients or the command line.
 """

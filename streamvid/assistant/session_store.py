@@ -11,11 +11,12 @@ A session directory holds one complete snapshot at a time:
     DIR/snap-000042/window.safetensors   the sink tokens and the window's blocks, exact KV + retrieval vectors
     DIR/snap-000042/memory/    long-term memory (LongTermMemory.snapshot): one safetensors file per block,
                                index.faiss (faiss.write_index) and memory.json
-    DIR/.lock                  held (flock) by the process using the session
+    DIR/.lock                  held (flock) by the process using the session (session_lock.SessionLock)
 
 Saving is atomic: a new snapshot is written into a temporary folder, every file and folder is made durable (one
-syncfs of the filesystem on Linux, else fsync of each), the folder is renamed to its final name, and only then
-the pointer is replaced (temp file, fsync, rename, fsync of DIR).
+syncfs of the filesystem on Linux, else fsync of each: durable.py), the folder is renamed to its final name, and
+only then the pointer is replaced (temp file, fsync, rename, fsync of DIR). The window file's layout is
+snapshot_window.py's.
 A crash at any point leaves the pointer on the previous complete snapshot; folders it does not name are removed
 by the next save. Nothing is pickled: tensors are safetensors, the index is FAISS's own format, the rest JSON.
 
@@ -27,14 +28,12 @@ refused with one line that says what to do, before any tensor is used.
 
 Thread contract: `save` may run on any thread while the engine runs: the engine takes the stream's
 state at one cut (`StreamingAssistant.stream_state`: no block moves from the window to memory while the window
-is read and memory written); the assistant serialises saves. `Autosaver` is one daemon thread
+is read and memory written); the assistant serialises saves. `session_lock.Autosaver` is one daemon thread
 ("streamvid-autosave") that saves every `every_s` seconds until `stop`.
 """
 
 from __future__ import annotations
 
-import ctypes
-import fcntl
 import hashlib
 import json
 import logging
@@ -45,16 +44,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
+from safetensors import SafetensorError
 
 from streamvid.assistant import snapshot_schema
+from streamvid.assistant.durable import fsync_dir, sync_tree, write_synced
 from streamvid.assistant.snapshot_schema import MEMORY, META, WINDOW, SchemaError, file_sha256
+from streamvid.assistant.snapshot_window import read_window, write_window
 from streamvid.config import EngineConfig
 from streamvid.kv.recurrent_state import RecurrentState
 from streamvid.kv.window import Block
-from streamvid.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +123,7 @@ def save(state_at: Callable[[Path], StreamState], directory: str | Path) -> dict
     tmp = directory / f".tmp-snap-{seq:06d}-{os.getpid()}"
     tmp.mkdir()
     state = state_at(tmp / MEMORY)
-    _write_window(state.sinks, state.blocks, tmp / WINDOW, state.state)
+    write_window(state.sinks, state.blocks, tmp / WINDOW, state.state)
     files = {}
     paths = sorted(p for p in tmp.rglob("*") if p.is_file())
     for path in paths:
@@ -145,16 +143,16 @@ def save(state_at: Callable[[Path], StreamState], directory: str | Path) -> dict
         "saved_unix_s": time.time(),
         "files": files,
     }
-    _write_synced(tmp / META, json.dumps(meta, indent=1, allow_nan=False).encode())  # NaN is not JSON
-    _sync_tree(tmp, paths)  # every file and folder durable before the folder gets its final name
+    write_synced(tmp / META, json.dumps(meta, indent=1, allow_nan=False).encode())  # NaN is not JSON
+    sync_tree(tmp, paths)  # every file and folder durable before the folder gets its final name
     name = f"snap-{seq:06d}"
     os.rename(tmp, directory / name)
-    _fsync_dir(directory)
+    fsync_dir(directory)
     pointer = {"format": FORMAT, "format_version": FORMAT_VERSION, "snapshot": name,
                "meta_sha256": file_sha256(directory / name / META)}
-    _write_synced(directory / (POINTER + ".tmp"), json.dumps(pointer, indent=1).encode())
+    write_synced(directory / (POINTER + ".tmp"), json.dumps(pointer, indent=1).encode())
     os.replace(directory / (POINTER + ".tmp"), directory / POINTER)
-    _fsync_dir(directory)
+    fsync_dir(directory)
     _remove_others(directory, name)
     return {"path": str(directory), "bytes": sum(f["bytes"] for f in files.values()),
             "blocks_in_window": len(state.blocks), "blocks_in_memory": state.memory_blocks or 0,
@@ -166,23 +164,6 @@ def _remove_others(directory: Path, keep: str | None) -> None:
     for old in directory.iterdir():
         if old.is_dir() and old.name != keep and (old.name.startswith("snap-") or old.name.startswith(".tmp-snap-")):
             shutil.rmtree(old)
-
-
-def _write_window(sinks: Block, blocks: tuple[Block, ...], path: Path, state: RecurrentState | None = None) -> None:
-    """The sinks and window blocks; a hybrid model's recurrent state after the newest (RecurrentState.tensors)."""
-    tensors, entries = ({} if state is None else state.tensors()), []
-    for j, b in enumerate((sinks, *blocks)):
-        for i, (k, v) in enumerate(zip(b.keys, b.values, strict=True)):
-            tensors[f"b{j}.k{i}"] = k.detach().cpu().contiguous()
-            tensors[f"b{j}.v{i}"] = v.detach().cpu().contiguous()
-        if b.vector is not None:
-            tensors[f"b{j}.vector"] = torch.from_numpy(b.vector.copy())
-        for i, (k, v) in enumerate(zip(*(b.memory_kv or ((), ())), strict=True)):  # what memory will store
-            tensors[f"b{j}.mk{i}"] = k.detach().cpu().contiguous()
-            tensors[f"b{j}.mv{i}"] = v.detach().cpu().contiguous()
-        entries.append({"id": b.id, "t_start_s": b.t_start_s, "t_end_s": b.t_end_s, "pos_start": b.pos_start,
-                        "pos_span": b.pos_span, "layers": len(b.keys)} | ({"speech": b.speech} if b.speech else {}))
-    save_file(tensors, str(path), metadata={"blocks": json.dumps(entries)})
 
 
 # ---- loading ---------------------------------------------------------------------------------------------------
@@ -270,33 +251,10 @@ def load(directory: str | Path, model: str | None = None, meta: dict | None = No
         check_model(directory, meta, model)
     folder = directory / _read_pointer(directory)["snapshot"]
     try:
-        blocks = _read_window(folder / WINDOW)
+        blocks = read_window(folder / WINDOW)
     except (SafetensorError, KeyError, ValueError, OSError) as e:
         raise _damaged(directory, f"{WINDOW} cannot be read ({e})") from None
     return Snapshot(folder, meta, blocks[0], tuple(blocks[1:]))
-
-
-def _read_window(path: Path) -> list[Block]:
-    with safe_open(str(path), framework="pt") as f:
-        entries = json.loads(f.metadata()["blocks"])
-        names = set(f.keys())
-        blocks = []
-        for j, e in enumerate(entries):
-            n = e["layers"]
-            keys = tuple(f.get_tensor(f"b{j}.k{i}") for i in range(n))
-            values = tuple(f.get_tensor(f"b{j}.v{i}") for i in range(n))
-            vector = f.get_tensor(f"b{j}.vector").numpy() if f"b{j}.vector" in names else None
-            alone = None
-            if f"b{j}.mk0" in names:
-                alone = (tuple(f.get_tensor(f"b{j}.mk{i}") for i in range(n)),
-                         tuple(f.get_tensor(f"b{j}.mv{i}") for i in range(n)))
-            blocks.append(Block(id=e["id"], t_start_s=e["t_start_s"], t_end_s=e["t_end_s"], keys=keys,
-                                values=values, pos_start=e["pos_start"], pos_span=e["pos_span"], vector=vector,
-                                memory_kv=alone, speech=e.get("speech")))
-        # the newest block carries a saved recurrent state (Block.state: the window takes it over on append)
-        blocks[-1] = blocks[-1].replace(state=RecurrentState.of_tensors({n: f.get_tensor(n) for n in names
-                                                                         if n.startswith("state.")}))
-    return blocks
 
 
 def config_from(meta: dict, **changes) -> EngineConfig:
@@ -343,79 +301,3 @@ def _read_json(directory: Path, path: Path, check: Callable[[dict], None]) -> di
 def _damaged(directory: Path, why: str) -> SnapshotError:
     return SnapshotError(f"session {directory} is damaged: {why}; remove the folder to start a new session, or "
                          f"use another --session folder")
-
-
-# ---- files -----------------------------------------------------------------------------------------------------
-def _sync_tree(root: Path, files: list[Path]) -> None:
-    """Make `files` and the folders under `root` durable: one syncfs(2) of their filesystem where the C library
-    has it (Linux; thousands of block files would take one fsync each otherwise), else an fsync per file and
-    folder."""
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        if _syncfs is not None and _syncfs(fd) == 0:
-            return
-    finally:
-        os.close(fd)
-    for path in files:
-        with path.open("rb") as f:
-            os.fsync(f.fileno())
-    for folder in sorted({p.parent for p in files} | {root}, key=lambda p: len(p.parts), reverse=True):
-        _fsync_dir(folder)
-
-
-def _load_syncfs():
-    try:
-        return getattr(ctypes.CDLL(None, use_errno=True), "syncfs", None)
-    except OSError:
-        return None
-
-
-_syncfs = _load_syncfs()
-
-
-def _write_synced(path: Path, data: bytes) -> None:
-    with path.open("wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-class SessionLock:
-    """An exclusive lock on a session directory for as long as one process uses it (flock on DIR/.lock; the
-    kernel releases it when the process dies, so a killed run never leaves it stuck)."""
-
-    def __init__(self, directory: str | Path):
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.directory / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(self._fd)
-            raise SnapshotError(f"session {self.directory} is in use by another streamvid process: wait for it to "
-                                f"end or use another --session folder") from None
-
-    def release(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-class Autosaver(Periodic):
-    """Calls `save()` every `every_s` seconds on a daemon thread "streamvid-autosave" until `stop()`. A failed
-    save is logged and kept in `error` (the previous snapshot stays); the next period tries again."""
-
-    def __init__(self, save_fn: Callable[[], dict], every_s: float):
-        super().__init__(save_fn, every_s, name="streamvid-autosave", what="autosave")
-
-    @property
-    def saves(self) -> int:
-        return self.runs

@@ -14,7 +14,7 @@ replica after the one that held it died) and `streamvid run --session DIR [--aut
     session.save_final(sa)                             # (then sa.stop()) the last snapshot, never raising
     session.release()
 
-A folder is used by one stream at a time (session_store.SessionLock: a flock that the kernel drops when a process
+A folder is used by one stream at a time (session_lock.SessionLock: a flock that the kernel drops when a process
 dies, so the folder of a dead replica's stream can be claimed at once), and no stream's folder may lie inside
 another live stream's, or hold one (`refuse_nesting`: the same lock, looked at one folder up or down, so it holds
 across processes and replicas). The ids of streams with a folder carry `SESSION_MARK` right after their server's
@@ -33,14 +33,14 @@ import os
 import threading
 from pathlib import Path
 
-from streamvid.assistant import session_store
+from streamvid.assistant import session_lock, session_store
 from streamvid.errors import Conflict, NotAllowed, NotFound, Refused
 
 log = logging.getLogger(__name__)
 
 SESSION_MARK = "s"  # after the id prefix: the stream has a session folder (stream tokens are hex: no "s")
 MAX_PATH = 1000
-LOCK_FILE = ".lock"  # a session folder's lock file (session_store.SessionLock)
+LOCK_FILE = ".lock"  # a session folder's lock file (session_lock.SessionLock)
 
 
 def resumable(sid: str) -> bool:
@@ -80,7 +80,7 @@ class SessionFolders:
         if resume and not session_store.has_session(folder):
             raise NotFound(f"no saved session in {folder}: open the stream without \"resume\" to start one there")
         try:
-            lock = session_store.SessionLock(folder)
+            lock = session_lock.SessionLock(folder)
         except session_store.SnapshotError:
             raise Conflict(f"session_dir {folder} is in use by another stream: close that stream first, or use "
                            f"another folder") from None
@@ -117,11 +117,11 @@ def refuse_nesting(folder: Path) -> None:
 
 
 def held(folder: Path) -> bool:
-    """Whether a stream holds `folder`'s session lock now (session_store.SessionLock, from any process)."""
+    """Whether a stream holds `folder`'s session lock now (session_lock.SessionLock, from any process)."""
     if not (folder / LOCK_FILE).is_file():
         return False
     try:
-        probe = session_store.SessionLock(folder)
+        probe = session_lock.SessionLock(folder)
     except session_store.SnapshotError:
         return True
     except OSError:  # a folder this process cannot open is no stream's of this server
@@ -133,12 +133,12 @@ def held(folder: Path) -> bool:
 class StreamSession:
     """One stream's session folder: its lock, its autosaves, its last snapshot."""
 
-    def __init__(self, folder: Path, lock: session_store.SessionLock, resume: bool, save_every_s: float | None):
+    def __init__(self, folder: Path, lock: session_lock.SessionLock, resume: bool, save_every_s: float | None):
         self.folder = folder
         self.resume = resume
         self.save_every_s = save_every_s
-        self._lock: session_store.SessionLock | None = lock
-        self._autosaver: session_store.Autosaver | None = None
+        self._lock: session_lock.SessionLock | None = lock
+        self._autosaver: session_lock.Autosaver | None = None
         self._mutex = threading.Lock()
         self.saves = 0
         self.last: dict | None = None  # what the last save returned (session_store.save)
@@ -149,7 +149,7 @@ class StreamSession:
         """Any folder, for one process's stream (`streamvid run --session`): made if missing and locked
         (session_store.SnapshotError, one line, while another process holds it); resumed when it holds a saved
         session, else started there."""
-        lock = session_store.SessionLock(folder)
+        lock = session_lock.SessionLock(folder)
         return cls(folder, lock, session_store.has_session(folder), save_every_s)
 
     def assistant(self, config, engine=None):
@@ -164,7 +164,7 @@ class StreamSession:
 
     def start_autosave(self, sa) -> None:
         if self.save_every_s:
-            self._autosaver = session_store.Autosaver(lambda: self._save(sa), self.save_every_s)
+            self._autosaver = session_lock.Autosaver(lambda: self._save(sa), self.save_every_s)
 
     def stop_autosave(self) -> None:
         """No more periodic saves (the one under way finishes first)."""
