@@ -33,7 +33,7 @@ import threading
 import time
 
 from streamvid.assistant.assistant import StreamingAssistant
-from streamvid.engine.engine import EngineFull
+from streamvid.engine.admission import EngineFull
 from streamvid.errors import Busy, HubError, NotFound, Refused
 from streamvid.hub.hub import Hub
 from streamvid.hub.policy import SourcePolicy, Target

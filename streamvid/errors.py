@@ -3,7 +3,7 @@
     raise NotFound("no stream 'vs-1a2b' on this server")
 
 The hub raises them; so do the layers below it where a refusal is theirs to name (the engine's full question queue
-and its full slots are `Busy`: engine/stream.BusyError, engine/engine.EngineFull).
+and its full slots are `Busy`: engine/stream.BusyError, engine/admission.EngineFull).
 Each transport maps them onto its own answers: `streamvid serve` onto HTTP statuses (serve/errors.py: Refused 400,
 NotAllowed 403, NotFound 404, Conflict 409, TooLarge 413, UnsupportedMedia 415, Busy 429, Unavailable and
 StreamFailed 503, Timeout 504), the web page onto its one-line error messages. `StreamFailed` is the one type for a

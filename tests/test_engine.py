@@ -16,7 +16,8 @@ import torch
 
 from conftest import random_frames
 from streamvid.config import EngineConfig
-from streamvid.engine.engine import Engine, EngineFull
+from streamvid.engine.admission import EngineFull
+from streamvid.engine.engine import Engine
 from streamvid.errors import Busy
 from streamvid.types import Frame
 
@@ -219,7 +220,7 @@ def test_caps_refuse_one_stream_too_many_with_a_clear_message(adapter):
     first.close()
     engine.open()  # a closed stream's slot is free again
     engine.close()
-    per_stream = Engine(_cfg(), adapter).window_mb(_cfg())
+    per_stream = Engine(_cfg(), adapter).admission.window_mb(_cfg())
     kv = Engine(_cfg(engine_kv_mb=2.5 * per_stream), adapter)
     kv.open()
     kv.open()

@@ -12,7 +12,8 @@ from conftest import random_frames
 from serve_helpers import running
 from streamvid.adapters.batching import Decoding
 from streamvid.config import EngineConfig
-from streamvid.engine.engine import Engine, shares
+from streamvid.engine.engine import Engine
+from streamvid.engine.step_budget import shares
 from streamvid.serve import ServeOptions, build_app
 from streamvid.types import Answer, Context, Frame
 

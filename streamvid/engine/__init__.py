@@ -10,7 +10,7 @@ __all__ = ["Engine", "EngineFull", "Stream"]
 def __getattr__(name: str):  # lazily: importing streamvid.engine imports none of its modules
     import importlib
 
-    where = {"Engine": "engine", "EngineFull": "engine", "Stream": "stream"}
+    where = {"Engine": "engine", "EngineFull": "admission", "Stream": "stream"}
     if name in where:
         return getattr(importlib.import_module(f"streamvid.engine.{where[name]}"), name)
     raise AttributeError(name)

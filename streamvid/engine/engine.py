@@ -28,18 +28,19 @@ bounded inbox; a live source drops what does not fit (the engine did not keep up
 One stepping interface drives everything: the scheduler thread (`start`) loops `step`; a replay inserts frames
 and calls `run_until_idle` (StreamingAssistant.run_simulated); bench drives both.
 
-Errors: a batched forward that raises is retried stream by stream (counted in `batch_fallbacks`); a stream whose
-own work raises is closed with the error (its caller gets it), the others go on.
+The budget's arithmetic (the shares, what fits) is in step_budget.py. Errors (isolation.py): a batched forward that
+raises is retried stream by stream (counted in `batch_fallbacks`); a stream whose own work raises is closed with
+the error (its caller gets it), the others go on.
 
-Caps: `max_streams` streams per engine (`open` raises EngineFull beyond it); a stream without frames for
-`idle_release_s` moves its window KV to host memory, restored on its next frame (answers unchanged).
+Caps (admission.py): `max_streams` streams per engine, and the engine's KV and host-memory caps (`open` raises
+EngineFull beyond them); a stream without frames for `idle_release_s` moves its window KV to host memory, restored
+on its next frame (answers unchanged).
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -49,20 +50,17 @@ import numpy as np
 from streamvid.adapters.base import VideoLLMAdapter, adapter_for
 from streamvid.adapters.embedders import make_embedder
 from streamvid.config import EngineConfig
+from streamvid.engine.admission import Admission
 from streamvid.engine.ingest import speech_line
+from streamvid.engine.isolation import batched, guard
+from streamvid.engine.step_budget import chunks_that_fit, default_step_tokens, groups, split_answers
 from streamvid.engine.stream import Decoding, Stream
-from streamvid.errors import Busy
-from streamvid.kv.budget import budgets
 from streamvid.kv.positions import concat
 from streamvid.kv.window import Block
 from streamvid.language.asked import Question
 from streamvid.types import ChunkJob, Output, Token, Transcript
 
 log = logging.getLogger(__name__)
-
-
-class EngineFull(Busy, RuntimeError):
-    """The engine holds as many streams as its caps allow."""
 
 
 class Engine:
@@ -72,6 +70,7 @@ class Engine:
         self.adapter = adapter or adapter_for(config)
         self.max_streams = max_streams or config.scheduler.max_streams
         self.max_batch = max_batch or config.scheduler.max_batch
+        self.admission = Admission(self.adapter, config, self.max_streams)  # the caps `open` checks
         self.embedder = make_embedder(config, self.adapter)  # where retrieval vectors come from (embedders.py)
         sinks = self.adapter.encode_text(self.adapter.sink_text, None)
         self.sinks = Block(id=-1, t_start_s=0.0, t_end_s=0.0, keys=sinks.keys, values=sinks.values, pos_start=0,
@@ -84,7 +83,6 @@ class Engine:
         self._ids = itertools.count()
         self._turn = 0  # where the round-robin starts this step
         self._warm = False
-        self._window_mb: dict[tuple, float] = {}
         self.steps = 0
         self.forwards = {"decode": 0, "prefill": 0, "encode": 0, "probe": 0}
         self.batch_fallbacks = 0  # batched forwards of several streams that raised and were retried stream by stream
@@ -94,45 +92,16 @@ class Engine:
     # ---- streams ----------------------------------------------------------------------------------------
     def open(self, config: EngineConfig | None = None) -> Stream:
         """A new stream on this engine (`config`: its own settings, the same model; default the engine's).
-        Raises EngineFull at `max_streams`."""
+        Raises EngineFull at `max_streams` or past the engine's KV or host-memory cap (admission.py)."""
         config = config or self.config
         if config.model != self.config.model:
             raise ValueError(f"a stream of this engine runs {self.config.model!r}, got {config.model!r}")
         with self._lock:
-            live = [s for s in self._streams if not s.closed]
-            if len(live) >= self.max_streams:
-                raise EngineFull(f"this engine serves {self.max_streams} streams at most (--max-streams); close "
-                                 f"one first")
-            self._check_budgets([s.config for s in live], config)
+            self.admission.check([s.config for s in self._streams if not s.closed], config)
             stream = Stream(config, self.adapter, self.embedder, self.sinks, f"s{next(self._ids)}")
             stream.on_work = self._work.set
             self._streams.append(stream)
         return stream
-
-    def _check_budgets(self, open_configs: list[EngineConfig], config: EngineConfig) -> None:
-        """EngineFull when one more stream with `config` would pass the engine's KV or host-memory cap."""
-        if (cap := self.config.scheduler.kv_mb) is not None:
-            kv = sum(self.window_mb(c) for c in (*open_configs, config))
-            if kv > cap + 1e-9:
-                raise EngineFull(f"one more stream would hold {kv:,.1f} MB of window KV on this engine, over its "
-                                 f"--engine-kv-mb {cap:g}; close a stream or give streams a smaller window")
-        if (cap := self.config.scheduler.memory_mb) is not None:
-            ram = sum(c.memory.ram_mb for c in (*open_configs, config) if c.memory.top_k > 0)
-            if ram > cap + 1e-9:
-                raise EngineFull(f"one more stream would let long-term memories hold {ram:,.0f} MB of RAM on this "
-                                 f"engine, over its --engine-memory-mb {cap:g}; close a stream or lower "
-                                 f"--memory-ram-mb")
-
-    def window_mb(self, config: EngineConfig) -> float:
-        """The KV window a stream with `config` holds when full: at frame_px (448 px frames when frames keep
-        their size), in MB."""
-        px = config.frame_px or 448
-        key = (px, config.frames_per_chunk, config.fps, config.window.seconds, config.window.tokens, config.window.mb)
-        if key not in self._window_mb:
-            tokens = self.adapter.tokens_per_chunk(px, px, config.frames_per_chunk)
-            held = budgets(self.adapter.kv_shape, tokens, config).window_tokens_held
-            self._window_mb[key] = held * self.adapter.kv_shape.bytes_per_token / 2**20
-        return self._window_mb[key]
 
     def streams(self) -> list[Stream]:
         with self._lock:
@@ -211,7 +180,7 @@ class Engine:
         streams = [s for s in streams if not s.closed]
         self._idle_release(streams)
         for s in streams:
-            self._guard(s, s.take_frames)
+            guard(s, s.take_frames)
         budget = self.step_tokens
         did, budget = self._answer(streams, budget)
         ingested, budget = self._ingest(streams, budget)
@@ -225,9 +194,7 @@ class Engine:
         """The prefill tokens one step may spend: the setting, else 512 or the tokens of `max_batch` chunks of
         `frame_px` frames when more (so the chunks of a full batch are never split across steps)."""
         if self._step_tokens is None:
-            px = self.config.frame_px or 448
-            chunk = self.adapter.tokens_per_chunk(px, px, self.config.frames_per_chunk)
-            self._step_tokens = max(512, self.max_batch * chunk)
+            self._step_tokens = default_step_tokens(self.adapter, self.config, self.max_batch)
         return self._step_tokens
 
     def _idle_release(self, streams: list[Stream]) -> None:
@@ -236,9 +203,9 @@ class Engine:
         for s in streams:
             if s.released:
                 if not s.idle:
-                    self._guard(s, s.restore)
+                    guard(s, s.restore)
             elif (after := s.config.scheduler.idle_release_s) is not None and now - s.last_frame_s > after and s.idle:
-                self._guard(s, s.release)
+                guard(s, s.release)
 
     def run_until_idle(self) -> None:
         """Step until no stream has work left (a replay's way to let every inserted frame be encoded and decided),
@@ -259,29 +226,19 @@ class Engine:
                 d.decoding.cancel()  # a narration look gives way to a question: not counted, due again
                 s.decoding = None
             if s.decoding is None and (asked := s.next_question()) is not None:
-                self._guard(s, self._begin, s, *asked)
+                guard(s, self._begin, s, *asked)
         running = [s for s in streams if s.decoding is not None and not s.closed]
         if not running:
             return False, budget
-        prefilling = [s for s in running if prefill_left(s.decoding.decoding)]
-        decoding = [s for s in running if s not in prefilling]
-        budget -= len(decoding)
-        needs = [prefill_left(s.decoding.decoding) for s in prefilling]
-        pieces = shares(needs, budget)
-        last, more = [], []  # the pieces that end their prompt (a first token comes of them), and the others
-        for s, need, n in zip(prefilling, needs, pieces):
-            if n:
-                s.decoding.decoding.prefill_limit = n
-                (last if n == need else more).append(s)
-        budget -= sum(pieces)
+        decoding, last, more, budget = split_answers(running, budget)
         # decode steps, prompts' last pieces and other pieces in forwards of their own, in that order, each group's
         # tokens out as soon as its forward is done: a long piece neither pads a short one nor delays its first token
         for kind, rows in (("decode", decoding), ("prefill", last), ("prefill", more)):
-            for group in _groups(rows, self.max_batch):
+            for group in groups(rows, self.max_batch):
                 self._batched(group, kind, lambda g: self.adapter.decode([s.decoding.decoding for s in g]))
                 for s in group:
                     if not s.closed:
-                        self._guard(s, self._advance, s)
+                        guard(s, self._advance, s)
         return True, budget
 
     def _begin(self, s: Stream, q: Question, snapshot) -> None:
@@ -316,17 +273,8 @@ class Engine:
             if s.ingest.speech_due and not s.closed and (not spoke or s.ingest.speech_tokens() <= budget):
                 budget -= s.ingest.speech_tokens()
                 spoke = True
-                self._guard(s, self._speak, s)
-        ready = []
-        for s in streams:
-            if len(ready) == self.max_batch:
-                break
-            if s.ingest.chunk_ready and not s.closed:
-                cost = s.ingest.job_tokens
-                if ready and cost > budget:
-                    break  # the next streams' chunks wait for the next step (round-robin: they come first then)
-                ready.append(s)
-                budget -= cost
+                guard(s, self._speak, s)
+        ready, budget = chunks_that_fit(streams, self.max_batch, budget)
         if not ready:
             return spoke, budget
         jobs = {s: s.ingest.jobs() for s in ready}
@@ -338,7 +286,7 @@ class Engine:
             share = (time.perf_counter() - t0) / len(group)
             for s in group:
                 mine, encoded = encoded[:len(jobs[s])], encoded[len(jobs[s]):]
-                self._guard(s, s.ingest.commit, mine, share)
+                guard(s, s.ingest.commit, mine, share)
 
         self._batched(ready, "encode", encode)
         return True, budget
@@ -362,13 +310,13 @@ class Engine:
         for s in streams:
             if s.decoding is not None or s.closed:
                 continue  # a narration look (or an answer) is under way: the next round waits for it
-            got = self._guard(s, s.reasoning.probe_rows, s.emit, s.config.triggers.probe_batch, budget, not rows)
+            got = guard(s, s.reasoning.probe_rows, s.emit, s.config.triggers.probe_batch, budget, not rows)
             if got is None:
                 continue
             if got:
                 rows[s] = got
                 budget -= sum(tr.tokens for tr, _, _ in got)
-            elif (look := self._guard(s, s.reasoning.narration_look, s.emit)) is not None:
+            elif (look := guard(s, s.reasoning.narration_look, s.emit)) is not None:
                 context, prompt = look
                 s.decoding = Decoding(self.adapter.start_decoding(context, prompt, s.config.generation.max_new_tokens))
                 did = True
@@ -380,58 +328,13 @@ class Engine:
             scores = self.adapter.probe_rows(flat)
             for s in group:
                 mine, scores = scores[:len(rows[s])], scores[len(rows[s]):]
-                self._guard(s, s.reasoning.apply_scores, rows[s], mine, s.emit)
+                guard(s, s.reasoning.apply_scores, rows[s], mine, s.emit)
 
         self._batched(list(rows), "probe", probe)
         return True
 
     # ---- errors -----------------------------------------------------------------------------------------
     def _batched(self, group: list[Stream], kind: str, run: Callable[[list[Stream]], None]) -> None:
-        """`run` the group's batched forward; when it raises, each stream alone, so the error reaches only the
-        stream whose work raised it."""
+        """`run` the group's batched forward, counted; when it raises, each stream alone (isolation.py)."""
         self.forwards[kind] += 1
-        try:
-            run(group)
-        except Exception:  # noqa: BLE001 - retried per stream below; a stream's own error closes it
-            if len(group) == 1:
-                self._fail(group[0])
-                return
-            self.batch_fallbacks += 1
-            log.warning("a batched %s forward of %d streams failed (%r): retried stream by stream", kind, len(group),
-                        sys.exc_info()[1])
-            for s in group:
-                self._guard(s, run, [s])
-
-    def _guard(self, s: Stream, fn, *args):
-        try:
-            return fn(*args)
-        except Exception:  # noqa: BLE001 - this stream's error goes to its caller; the others go on
-            self._fail(s)
-            return None
-
-    def _fail(self, s: Stream) -> None:
-        error = sys.exc_info()[1]
-        log.warning("stream %s failed: %r", s.id, error)
-        s.close(error)
-
-
-def _groups(items: list, size: int) -> list[list]:
-    return [items[i:i + size] for i in range(0, len(items), size)]
-
-
-def prefill_left(decoding) -> int:
-    """Prompt tokens an adapter's decoding has not fed yet (0 for decodings that prefill in one go)."""
-    return getattr(decoding, "prefill_left", 0)
-
-
-def shares(needs: list[int], budget: int) -> list[int]:
-    """Tokens each prompt being prefilled feeds this step: `budget` shared equally, a share larger than a prompt's
-    need going to the others (water-filling), in order; the first always gets at least one token (progress)."""
-    out = [0] * len(needs)
-    left = max(budget, 1 if needs else 0)
-    for rank, i in enumerate(sorted(range(len(needs)), key=lambda i: needs[i])):
-        out[i] = min(needs[i], left // (len(needs) - rank))
-        left -= out[i]
-    if needs and not any(out):
-        out[0] = min(needs[0], max(budget, 1))
-    return out
+        self.batch_fallbacks += batched(group, kind, run)
