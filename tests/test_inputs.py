@@ -20,7 +20,7 @@ from streamvid.assistant.assistant import BusyError, StreamingAssistant
 from streamvid.cli.main import main
 from streamvid.cli.run import parse_ask
 from streamvid.config import SETTINGS, EngineConfig
-from streamvid.engine.reasoning import stream_times
+from streamvid.language.spoken_times import stream_times
 from streamvid.eval.score import load_episodes
 from streamvid.language import user_text
 from streamvid.media.push_source import PushSource

@@ -10,7 +10,7 @@ from conftest import random_frames
 from streamvid.adapters.row_by_row import RowByRow
 from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
-from streamvid.engine.reasoning import stream_times
+from streamvid.language.spoken_times import stream_times
 from streamvid.language.asked import Question
 from streamvid.types import Frame
 

@@ -9,8 +9,7 @@ import shutil
 
 import pytest
 
-from streamvid.engine.reasoning import stream_times
-from streamvid.language.spoken_times import clock_times
+from streamvid.language.spoken_times import clock_times, stream_times
 from streamvid.language.wake_word import spoken_question
 
 

@@ -14,7 +14,7 @@ import torch
 
 from streamvid.adapters.qwen2_5_vl import QwenVLAdapter
 from streamvid.cli.main import build_parser
-from streamvid.engine.reasoning import stream_times
+from streamvid.language.spoken_times import stream_times
 from streamvid.synth.world import COLOURS, generate
 from streamvid.training import data as train_data
 from streamvid.training.config import FAMILY_WEIGHTS

@@ -12,7 +12,7 @@ on a shared one, whose scheduler batches its work with the other streams'.
 
 Thread contract: `start`, `ask`, `watch`, `unwatch`, `triggers`, `outputs`, `stats` and `stop` are for the
 caller's thread(s). `ask` only puts on the stream's bounded questions queue and `watch`/`unwatch` only change the
-trigger set (see reasoning.TriggerSet); answers, tokens, alerts and narration come back on the outputs queue. An
+trigger set (see triggers.TriggerSet); answers, tokens, alerts and narration come back on the outputs queue. An
 exception in this stream's work closes it and is re-raised by `outputs()` (and `stop()`). `run_simulated` steps
 the engine on the caller's thread, in stream order, for reproducible replays; it must not be mixed with `start`.
 `save(dir)` may be called from any thread, also while the engine runs (saves are serialised); `resume(dir)` makes

@@ -9,7 +9,7 @@ are spent: a question's prompt, the earlier turns given with it, a watch conditi
     fit_dialogue(adapter, question, turns, cap)  # the newest turns that fit in `cap` tokens, and how many were dropped
 
 The settings are `max_question_tokens`, `max_dialogue_tokens` and `max_condition_tokens` (config.py); watches per
-stream are capped by `max_watches` where triggers are added (reasoning.TriggerSet).
+stream are capped by `max_watches` where triggers are added (triggers.TriggerSet).
 """
 
 from __future__ import annotations

@@ -15,8 +15,6 @@ TriggerSet) may be added to and removed from by any thread.
 
 from __future__ import annotations
 
-import re
-import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -29,107 +27,17 @@ from streamvid.adapters.embedders import Embedder, ModelEmbedder
 from streamvid.config import EngineConfig
 from streamvid.engine import limits
 from streamvid.engine.proactive import ChangeGate, FiringRule, NarrationPolicy
+from streamvid.engine.triggers import Trigger, TriggerSet
 from streamvid.kv.memory import LongTermMemory
 from streamvid.kv.positions import layout
 from streamvid.kv.window import Block, KVWindow, WindowSnapshot
-from streamvid.language.future import Probe
-from streamvid.language.heard import Heard
+from streamvid.language.spoken_times import stream_times
 from streamvid.language.scope import about_now, about_speech
 from streamvid.language.asked import Question
 from streamvid.types import Alert, Answer, Context, Narration, Output, ProbeResult, Token
 
 # the answer to a question asked before any frame or speech arrived (the model would answer from the prompt alone)
 NOTHING_SEEN = "I have not seen or heard anything yet. Ask again once the video has started."
-_NUMBER_WORDS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-                 "eight": 8, "nine": 9, "ten": 10, "fifteen": 15, "twenty": 20, "thirty": 30, "forty": 40,
-                 "fifty": 50, "sixty": 60}
-_CLOCK = re.compile(r"\b(?:(\d+):)?(\d{1,2}):(\d{2})\b")
-_AGO = re.compile(r"\b(\d+(?:\.\d+)?|" + "|".join(_NUMBER_WORDS) + r")\s+(second|sec|minute|min|hour)s?\s+ago\b",
-                  re.IGNORECASE)
-_UNIT_S = {"second": 1, "sec": 1, "minute": 60, "min": 60, "hour": 3600}
-
-
-def stream_times(text: str, now_s: float) -> list[float]:
-    """Stream times a question names: "at 03:12", "at 1:02:03", "two minutes ago", "30 seconds ago"."""
-    times = [int(h or 0) * 3600 + int(m) * 60 + int(s) for h, m, s in _CLOCK.findall(text)]
-    for amount, unit in _AGO.findall(text):
-        n = _NUMBER_WORDS.get(amount.lower()) or float(amount)
-        times.append(now_s - n * _UNIT_S[unit.lower()])
-    return [float(t) for t in times if 0 <= t <= now_s]
-
-
-@dataclass
-class Trigger:
-    """A standing trigger: a yes/no probe asked on each decided chunk, and the rule that turns its scores into
-    alerts. Made on any thread; once added to a TriggerSet its state is written by the reasoning thread only."""
-
-    id: str  # "w0", ... from watch(); the question's id ("q3") for a trigger made from a question
-    condition: str  # as the user phrased it
-    probe: Probe
-    rule: FiringRule
-    once: bool  # retired after its first alert (a "tell me when" question is answered once)
-    created_t_s: float
-    score: float | None = None  # the condition's score at the last decided chunk: p(yes), or 1 - p(yes) if negated
-    score_t_s: float | None = None
-    alerts: int = 0
-    streak_start_s: float | None = None  # start of the first chunk of the current positive streak
-    tokens: int = 0  # its probe prompt's tokens: what a probe of it costs a step's token budget
-    heard: Heard | None = None  # a condition on what is heard: decided on each utterance, never probed
-
-    def describe(self) -> dict:
-        th = self.rule.thresholds
-        return {"trigger_id": self.id, "condition": self.condition, "probe": self.probe.question,
-                "negate": self.probe.negate, "once": self.once, "fire": th.fire, "reset": th.reset, "k": th.k,
-                "cooldown_s": th.cooldown_s, "created_t_s": round(self.created_t_s, 3),
-                "score": None if self.score is None else round(self.score, 4),
-                "score_t_s": None if self.score_t_s is None else round(self.score_t_s, 3),
-                "armed": self.rule.armed, "alerts": self.alerts}
-
-
-class TriggerSet:
-    """The active triggers, in the order they were added. Thread contract: `add`, `remove`, `active` and `in` from
-    any thread; one lock, held for the dict operations only."""
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._items: dict[str, Trigger] = {}
-
-    def add(self, trigger: Trigger, limit: int | None = None) -> None:
-        """Add `trigger`; ValueError when its id is taken, or when `limit` triggers are active already."""
-        with self._lock:
-            if trigger.id in self._items:
-                raise ValueError(f"trigger id {trigger.id!r} is already watching")
-            if limit is not None:
-                self._check_room(limit)
-            self._items[trigger.id] = trigger
-
-    def check_room(self, limit: int) -> None:
-        """ValueError (one line) when `limit` triggers are active: no room for one more."""
-        with self._lock:
-            self._check_room(limit)
-
-    def _check_room(self, limit: int) -> None:
-        if len(self._items) >= limit:
-            raise ValueError(f"this stream watches {len(self._items)} conditions, at most {limit} (--max-watches); "
-                             f"stop watching one first")
-
-    def remove(self, trigger_id: str) -> bool:
-        with self._lock:
-            return self._items.pop(trigger_id, None) is not None
-
-    def active(self) -> list[Trigger]:
-        with self._lock:
-            return list(self._items.values())
-
-    def __contains__(self, trigger_id: str) -> bool:
-        with self._lock:
-            return trigger_id in self._items
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._items)
-
-
 def scene_features(block: Block) -> np.ndarray:
     """(n_tokens, d) float32, one row per token of the chunk: what the change gate and narration compare chunks by
     (proactive.novelty). The vision tokens as the decoder received them when the adapter gave them (`Block.scene`),

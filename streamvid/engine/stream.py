@@ -41,7 +41,8 @@ from streamvid.engine import limits
 from streamvid.errors import Busy
 from streamvid.engine.ingest import Ingest
 from streamvid.engine.proactive import FiringRule
-from streamvid.engine.reasoning import Answering, Reasoning, Trigger
+from streamvid.engine.reasoning import Answering, Reasoning
+from streamvid.engine.triggers import Trigger
 from streamvid.engine.listening import Listening
 from streamvid.kv.budget import window_tokens_for
 from streamvid.kv.memory import LongTermMemory

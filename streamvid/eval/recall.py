@@ -15,7 +15,7 @@ import math
 from collections import defaultdict
 from pathlib import Path
 
-from streamvid.engine.reasoning import stream_times
+from streamvid.language.spoken_times import stream_times
 from streamvid.synth.questions import frames_show, mentions
 from streamvid.synth.world import EPS, Timeline
 

@@ -1,4 +1,8 @@
-"""Times in a spoken question as a recogniser writes them, rewritten as the engine reads them: "at 04:13".
+"""Times a question names, as stream times (`stream_times`); and times in a spoken question as a recogniser writes
+them, rewritten as the engine reads them: "at 04:13" (`clock_times`).
+
+    stream_times("What was on screen at 03:12?", now_s=600.0)     # [192.0]
+    stream_times("What colour was it two minutes ago?", 600.0)    # [480.0]
 
     clock_times("What was on screen at 4.13?")              # "What was on screen at 04:13?"
     clock_times("What colour was the star at 730?")         # "What colour was the star at 07:30?"
@@ -6,7 +10,7 @@
 
 Said aloud, "at 04:13" is "at four thirteen" or "at zero four thirteen", and Whisper writes it "at 4.13", "at
 413", "at 4 13", "at 0 4 1 3" or in words; "at 00:07" comes out as "at 0.07", "at 007" or "at zero zero seven".
-The engine reads a time in a question only as "mm:ss" (reasoning.stream_times, scope.py), and the bundled model
+The engine reads a time in a question only as "mm:ss" (stream_times, scope.py), and the bundled model
 was trained on "at 04:13". So a number after "at" that reads as minutes and seconds (the seconds below 60) is
 rewritten as "mm:ss":
 - "at M.SS" or "at M:SS"; "at MSS" or "at MMSS" (three or four digits);
@@ -36,7 +40,7 @@ _SECONDS = re.compile(rf"\bat\s+{_N}\s+seconds?\b", re.IGNORECASE)
 _TOKEN = rf"(?:\d{{1,2}}|oh|{_WORD_NUMBER})"  # one number said on its own ("oh": zero)
 _SAID = re.compile(rf"\bat\s+({_TOKEN}(?:(?:\s+|-){_TOKEN}){{1,3}})\b(?![.:]\d|(?:\s+|-)(?:\d|{_TOKEN}\b))",
                    re.IGNORECASE)
-_AGO = re.compile(r"\s+ago\b", re.IGNORECASE)  # "two minutes ago" is a time before now (reasoning.stream_times)
+_AGO = re.compile(r"\s+ago\b", re.IGNORECASE)  # "two minutes ago" is a time before now (stream_times)
 
 
 def _number(text: str) -> int:
@@ -81,3 +85,21 @@ def clock_times(text: str) -> str:
     text = _MINUTES.sub(lambda m: _clock(_number(m[1]), _number(m[2]) if m[2] else 0, m), text)
     text = _SECONDS.sub(lambda m: _clock(0, _number(m[1]), m), text)
     return _SAID.sub(_said, text)
+
+
+_AGO_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
+                 "eight": 8, "nine": 9, "ten": 10, "fifteen": 15, "twenty": 20, "thirty": 30, "forty": 40,
+                 "fifty": 50, "sixty": 60}
+_CLOCK = re.compile(r"\b(?:(\d+):)?(\d{1,2}):(\d{2})\b")
+_AGO_TIME = re.compile(r"\b(\d+(?:\.\d+)?|" + "|".join(_AGO_NUMBERS) + r")\s+(second|sec|minute|min|hour)s?\s+ago\b",
+                  re.IGNORECASE)
+_UNIT_S = {"second": 1, "sec": 1, "minute": 60, "min": 60, "hour": 3600}
+
+
+def stream_times(text: str, now_s: float) -> list[float]:
+    """Stream times a question names: "at 03:12", "at 1:02:03", "two minutes ago", "30 seconds ago"."""
+    times = [int(h or 0) * 3600 + int(m) * 60 + int(s) for h, m, s in _CLOCK.findall(text)]
+    for amount, unit in _AGO_TIME.findall(text):
+        n = _AGO_NUMBERS.get(amount.lower()) or float(amount)
+        times.append(now_s - n * _UNIT_S[unit.lower()])
+    return [float(t) for t in times if 0 <= t <= now_s]
