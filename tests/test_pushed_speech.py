@@ -96,7 +96,7 @@ def test_speech_after_the_frames_stopped_is_heard_and_answered_without_another_f
 def test_a_resumed_sessions_sound_is_moved_by_its_offset_once(live):
     _, stream, hearing = live
     stream.ingest.resume_at(60.0, 0)  # what a resumed session does (session_state.restore): input time 0 is 60 s
-    stream.reasoning.t_offset_s = 60.0
+    # on the stream's one clock, which the answers' input_t_s reads too
     for i, image in enumerate(random_frames(2, seed=2, px=56)):
         assert stream.insert(Frame(image, i / 2.0, i), timeout_s=30)
     assert wait_until(lambda: stream.ingest.blocks_encoded == 1)

@@ -22,7 +22,6 @@ alert from then on (alert_media.py), from any thread; best before `start`, so th
 
 from __future__ import annotations
 
-import dataclasses
 import queue
 import resource
 import threading
@@ -211,7 +210,7 @@ class StreamingAssistant(SimulatedRun):
         """The session's stream time so far: where the newest frame ends (one frame period after it), or where
         this run started. A resumed session's next input starts here."""
         snap = self.window.snapshot()
-        ends = [self.ingest.t_offset_s] + ([snap.blocks[-1].t_end_s] if snap.blocks else [])
+        ends = [self.stream.clock.start_s] + ([snap.blocks[-1].t_end_s] if snap.blocks else [])
         if self.ingest.frames_in:
             ends.append(self.ingest.latest_t_s + 1.0 / self.config.fps)
         return max(ends)
@@ -239,7 +238,7 @@ class StreamingAssistant(SimulatedRun):
     @property
     def stream_offset_s(self) -> float:
         """Session time at which this run's input started: 0 for a fresh session."""
-        return self.ingest.t_offset_s
+        return self.stream.clock.start_s
 
     def save(self, directory: str | Path) -> dict:
         """Snapshot the session into `directory` atomically (window, long-term memory, stream clock, dialogue);
@@ -360,8 +359,7 @@ class StreamingAssistant(SimulatedRun):
     def _full_frame(self, frame: Frame) -> None:
         """A frame for alert_media, at the source's size, on the session's clock (the source's thread)."""
         if (media := self.alert_media) is not None:
-            offset = self.ingest.t_offset_s
-            media.put(dataclasses.replace(frame, t_s=frame.t_s + offset) if offset else frame)
+            media.put(self.stream.clock.frame(frame))
 
     def _offer(self, frame: Frame) -> None:
         """A frame read or inserted: alert_media's too when its source does not hand over full-size frames."""
@@ -371,7 +369,7 @@ class StreamingAssistant(SimulatedRun):
     def _source_status(self, event: str, t_s: float, info: dict) -> None:
         """On the source's reader thread: {"type": "status", "event": "source_lost" | "source_back", "t_s", ...}
         on the outputs queue, t_s on the session's clock."""
-        self._outputs.put(Status(event, round(t_s + self.ingest.t_offset_s, 3), info))
+        self._outputs.put(Status(event, round(self.stream.clock.stream_t(t_s), 3), info))
 
     def _raise_error(self) -> None:
         error = self.stream.error

@@ -93,8 +93,7 @@ class Hearing:
         """Where the stream's video is, in input time (sound's time, as `push` takes it): its newest frame's
         session time less the session's offset (a resumed session's frames and sound are both moved by it once,
         when the stream takes them in)."""
-        ingest = self.stream.ingest
-        return max(0.0, ingest.latest_t_s - ingest.t_offset_s)
+        return max(0.0, self.stream.clock.input_t(self.stream.ingest.latest_t_s))
 
     def finish(self) -> None:
         self.listener.finish()

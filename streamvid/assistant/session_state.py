@@ -78,6 +78,5 @@ def restore(stream: Stream, directory: str | Path, snap: session_store.Snapshot)
         for old in stream.window.append(block):
             if stream.memory is not None:
                 stream.memory.add(old.for_memory())
-    stream.ingest.resume_at(snap.meta["stream_t_s"], snap.meta["next_block_id"])
-    stream.reasoning.t_offset_s = snap.meta["stream_t_s"]
+    stream.ingest.resume_at(snap.meta["stream_t_s"], snap.meta["next_block_id"])  # (the stream's one clock)
     stream.reasoning.dialogue.extend((q, a) for q, a in snap.meta["dialogue"])

@@ -49,7 +49,7 @@ class SimulatedRun:
                   "probe": lambda text: None}
         pending = [(t, text, kind, parsed[kind](text)) for t, text, kind in pending]
         for t, _, _, condition in pending:
-            self.stream.listening.note(condition, t + self.ingest.t_offset_s)
+            self.stream.listening.note(condition, self.stream.clock.stream_t(t))
         self.hearing = hearing_for(self.config, source, self.stream, replay=True)
 
         def drain() -> None:
@@ -65,7 +65,7 @@ class SimulatedRun:
 
         def handle_next() -> None:
             t, text, kind, condition = pending.pop(0)
-            t += self.ingest.t_offset_s  # times are the input's own; the session's clock may have started earlier
+            t = self.stream.clock.stream_t(t)  # times are the input's own; the session's clock may have started earlier
             if kind == "watch":  # starts with the next decided chunk; the chunking is left as it is
                 self.stream.watch(condition, t)
                 return

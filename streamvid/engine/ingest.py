@@ -10,8 +10,9 @@ and `stats()` may be read from any thread (plain attribute reads). `lock` is hel
 window and evicted blocks enter memory, so a session snapshot (session_store.save) taken under it sees every
 block exactly once. Chunks are encoded on the stream's own copy of sinks + window (`window_buffer.WindowBuffer`).
 
-Stream time: frames keep their source's time plus `t_offset_s`, the session time at which this input started
-(0 for a fresh session; where the previous run ended for a resumed one).
+Stream time: frames and utterances come on their input's clock and cross the stream's (`clock.StreamClock`) here,
+once: plus the session time at which this input started (0 for a fresh session; where the previous run ended for a
+resumed one).
 
 Speech: utterances heard in the stream's sound (audio/listener.py) wait in `hear`'s queue and become speech blocks
 (`speech_job`, `commit_speech`): the words as one line of text (`speech_line`) encoded on the window like a chunk,
@@ -24,7 +25,6 @@ before it ends: never after a frame still to come, so speech is heard on a strea
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -33,6 +33,7 @@ from streamvid.adapters.base import VideoLLMAdapter
 from streamvid.adapters.embedders import Embedder, ModelEmbedder
 from streamvid.adapters.retrieval import default_memory_encoding
 from streamvid.config import EngineConfig
+from streamvid.engine.clock import StreamClock
 from streamvid.kv.memory import LongTermMemory
 from streamvid.kv.positions import concat, move_block
 from streamvid.kv.window import Block, KVWindow
@@ -42,7 +43,7 @@ from streamvid.types import ChunkJob, Context, Encoded, Frame, Utterance
 
 class Ingest:
     def __init__(self, config: EngineConfig, adapter: VideoLLMAdapter, window: KVWindow,
-                 memory: LongTermMemory | None, embedder: Embedder | None = None):
+                 memory: LongTermMemory | None, embedder: Embedder | None = None, clock: StreamClock | None = None):
         if config.frames_per_chunk % adapter.frames_per_chunk_multiple:
             raise ValueError(f"frames_per_chunk must be a multiple of {adapter.frames_per_chunk_multiple}, "
                              f"got {config.frames_per_chunk}")
@@ -66,7 +67,7 @@ class Ingest:
         self.input_ended = False  # no more frames will come (the stream is finishing)
         self.heard_until_s = float("inf")  # stream time up to which the sound has been transcribed (session clock)
         self.speech_blocks = 0
-        self.t_offset_s = 0.0
+        self.clock = clock or StreamClock()  # the stream's: frames and utterances cross it here, once
         self.latest_t_s = 0.0
         self.frames_in = 0
         self.blocks_encoded = 0
@@ -74,8 +75,7 @@ class Ingest:
 
     def push(self, frame: Frame) -> None:
         """Take one frame; a chunk's last frame sets the chunk aside for encoding."""
-        if self.t_offset_s:
-            frame = dataclasses.replace(frame, t_s=frame.t_s + self.t_offset_s)
+        frame = self.clock.frame(frame)
         self._pending.append(frame)
         self._latest = frame
         self.frames_in += 1
@@ -108,14 +108,11 @@ class Ingest:
 
     def hear(self, utterance: Utterance) -> None:
         """An utterance for the window (scheduler's thread): its times are the input's, like a frame's."""
-        if self.t_offset_s:
-            utterance = dataclasses.replace(utterance, t_s=utterance.t_s + self.t_offset_s,
-                                            t_end_s=utterance.t_end_s + self.t_offset_s)
-        self._speech.append(utterance)
+        self._speech.append(self.clock.utterance(utterance))
 
     def heard(self, t_s: float) -> None:
         """The sound is transcribed up to input time `t_s` (infinity: it has ended)."""
-        self.heard_until_s = t_s + self.t_offset_s
+        self.heard_until_s = self.clock.stream_t(t_s)
 
     @property
     def speech_due(self) -> bool:
@@ -260,10 +257,11 @@ class Ingest:
     def next_block_id(self) -> int:
         return self._next_id
 
-    def resume_at(self, t_offset_s: float, next_block_id: int) -> None:
-        """Continue a saved session: stream time from `t_offset_s`, block ids from `next_block_id`. Before any
-        frame is pushed."""
-        self.t_offset_s = self.latest_t_s = t_offset_s
+    def resume_at(self, stream_t_s: float, next_block_id: int) -> None:
+        """Continue a saved session: stream time from `stream_t_s` (the clock resumed there), block ids from
+        `next_block_id`. Before any frame is pushed."""
+        self.clock.resume(stream_t_s)
+        self.latest_t_s = stream_t_s
         self._next_id = next_block_id
 
     def stats(self) -> dict:

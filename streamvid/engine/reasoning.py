@@ -26,14 +26,15 @@ from streamvid.adapters.base import VideoLLMAdapter
 from streamvid.adapters.embedders import Embedder, ModelEmbedder
 from streamvid.config import EngineConfig
 from streamvid.engine import limits
+from streamvid.engine.clock import StreamClock
 from streamvid.engine.proactive import ChangeGate, FiringRule, NarrationPolicy
 from streamvid.engine.triggers import Trigger, TriggerSet
 from streamvid.kv.memory import LongTermMemory
 from streamvid.kv.positions import layout
 from streamvid.kv.window import Block, KVWindow, WindowSnapshot
-from streamvid.language.spoken_times import stream_times
-from streamvid.language.scope import about_now, about_speech
 from streamvid.language.asked import Question
+from streamvid.language.scope import about_now, about_speech
+from streamvid.language.spoken_times import stream_times
 from streamvid.types import Alert, Answer, Context, Narration, Output, ProbeResult, Token
 
 # the answer to a question asked before any frame or speech arrived (the model would answer from the prompt alone)
@@ -100,14 +101,14 @@ Emit = Callable[[Output], None]
 
 class Reasoning:
     def __init__(self, config: EngineConfig, adapter: VideoLLMAdapter, window: KVWindow,
-                 memory: LongTermMemory | None, embedder: Embedder | None = None):
+                 memory: LongTermMemory | None, embedder: Embedder | None = None, clock: StreamClock | None = None):
         self.config = config
         self.adapter = adapter
         self.window = window
         self.memory = memory
         self.embedder = embedder or ModelEmbedder(adapter)  # the question's vector, in the blocks' space
         self.dialogue: deque[tuple[str, str]] = deque(maxlen=config.generation.dialogue_turns or None)
-        self.t_offset_s = 0.0  # session time at which this run's input started (answers also give input_t_s)
+        self.clock = clock or StreamClock()  # the stream's (answers give input_t_s too)
         self.answered = 0
         self.triggers = TriggerSet()
         t = config.triggers
@@ -140,7 +141,7 @@ class Reasoning:
             tokens = 0 if c.heard is not None else limits.prompt_tokens(self.adapter, c.probe.question)
             self.triggers.add(Trigger(q.id, c.phrase, c.probe, rule, once=not c.repeat, created_t_s=q.t_s,
                                       tokens=tokens, heard=c.heard))
-            ack = Answer(q.id, c.acknowledgement(), q.text, round(q.t_s, 3), round(q.t_s - self.t_offset_s, 3),
+            ack = Answer(q.id, c.acknowledgement(), q.text, round(q.t_s, 3), round(self.clock.input_t(q.t_s), 3),
                          round(1000 * (time.perf_counter() - q.asked_s), 1), 0, None, [], [], trigger_id=q.id)
             self.answered += 1
             if emit is not None:
@@ -170,7 +171,7 @@ class Reasoning:
     def _unseen(self, q: Question, emit: Emit | None) -> Output:
         """The answer to a question asked before anything was seen or heard (no frame, no speech in the window or in
         memory): said as it is, without asking the model, which would answer from the prompt alone."""
-        answer = Answer(q.id, NOTHING_SEEN, q.text, round(q.t_s, 3), round(q.t_s - self.t_offset_s, 3),
+        answer = Answer(q.id, NOTHING_SEEN, q.text, round(q.t_s, 3), round(self.clock.input_t(q.t_s), 3),
                         round(1000 * (time.perf_counter() - q.asked_s), 1), 0, None, [], [])
         self.answered += 1
         if emit is not None:
@@ -192,7 +193,7 @@ class Reasoning:
             spans.append(a.span_s)
         decode_s = elapsed - ttft
         answer = Answer(
-            q.id, text, q.text, t_s=round(q.t_s, 3), input_t_s=round(q.t_s - self.t_offset_s, 3),
+            q.id, text, q.text, t_s=round(q.t_s, 3), input_t_s=round(self.clock.input_t(q.t_s), 3),
             ttft_ms=round(1000 * ttft, 1), tokens=len(pieces),
             tokens_per_s=round((len(pieces) - 1) / decode_s, 1) if len(pieces) > 1 and decode_s > 0 else None,
             evidence_t_s=[[round(x, 2), round(y, 2)] for x, y in spans], retrieved_blocks=[b.id for b in retrieved],

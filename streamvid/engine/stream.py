@@ -38,19 +38,19 @@ from streamvid.adapters.base import VideoLLMAdapter
 from streamvid.adapters.embedders import Embedder
 from streamvid.config import EngineConfig
 from streamvid.engine import limits
-from streamvid.errors import Busy
+from streamvid.engine.clock import StreamClock
 from streamvid.engine.ingest import Ingest
+from streamvid.engine.listening import Listening
 from streamvid.engine.proactive import FiringRule
 from streamvid.engine.reasoning import Answering, Reasoning
 from streamvid.engine.triggers import Trigger
-from streamvid.engine.listening import Listening
+from streamvid.errors import Busy
 from streamvid.kv.budget import window_tokens_for
 from streamvid.kv.memory import LongTermMemory
 from streamvid.kv.window import Block, KVWindow, WindowSnapshot
 from streamvid.language import user_text
-from streamvid.language.asked import PARSE, Condition, condition_of, watched
+from streamvid.language.asked import PARSE, Condition, Question, condition_of, watched
 from streamvid.language.wake_word import addressed
-from streamvid.language.asked import Question
 from streamvid.types import Alert, Frame, Output, Status, Transcript, Utterance, VoiceActivity
 
 
@@ -89,8 +89,9 @@ class Stream:
         if config.narration.on:  # the narration prompt is asked on every look: a question's cap holds for it
             limits.check_question(adapter, config.narration.prompt.replace("{mmss}", "00:00"),
                                   config.generation.max_question_tokens, "narration prompt")
-        self.ingest = Ingest(config, adapter, self.window, self.memory, embedder)
-        self.reasoning = Reasoning(config, adapter, self.window, self.memory, embedder)
+        self.clock = StreamClock()  # the one offset between this run's input times and the stream's
+        self.ingest = Ingest(config, adapter, self.window, self.memory, embedder, self.clock)
+        self.reasoning = Reasoning(config, adapter, self.window, self.memory, embedder, self.clock)
         self.outputs: queue.Queue[Output] = queue.Queue()
         self.on_work: Callable[[], None] = lambda: None
         # each alert passes through it before it goes out (scheduler's thread): alert_media.AlertMedia.record
@@ -157,13 +158,13 @@ class Stream:
     def hints(self, t_s: float) -> str | None:
         """What the recogniser is told for an utterance starting at input time `t_s` (listener's thread): the
         wake word and the phrases asked to hear by then (listening.Listening)."""
-        return self.listening.hint(t_s + self.ingest.t_offset_s)
+        return self.listening.hint(self.clock.stream_t(t_s))
 
     def voice(self, event: str, t_s: float) -> None:
         """The voice detector's edge in pushed sound at input time `t_s` (listener's thread): a {"type":
         "voice_activity"} output, in stream time like the transcript that follows it."""
         if not self.closed:
-            self.emit(VoiceActivity(event, round(t_s + self.ingest.t_offset_s, 3)))
+            self.emit(VoiceActivity(event, round(self.clock.stream_t(t_s), 3)))
 
     def heard(self, t_s: float) -> None:
         """The sound is transcribed up to input time `t_s` (infinity once it has ended): what a replay's frames
