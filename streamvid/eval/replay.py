@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from streamvid.media.geometry import fitted_size
 from streamvid.types import Frame
 
 _EPS_S = 1e-6
@@ -68,7 +69,13 @@ class ClipSource:
     def _decord(self) -> Iterator[np.ndarray]:
         import decord
 
-        kw = {"width": self.size, "height": self.size} if self.size else {}
+        kw = {}
+        if self.size:  # decord resizes as it decodes: the size the frame geometry gives (media/geometry.py)
+            import av
+
+            with av.open(self.path) as container:
+                codec = container.streams.video[0].codec_context
+                kw["width"], kw["height"] = fitted_size(codec.width, codec.height, self.size)
         vr = decord.VideoReader(self.path, ctx=decord.cpu(0), num_threads=1, **kw)
         stamps = vr.get_frame_timestamp(range(len(vr)))
         if len(vr) == 0:
@@ -85,6 +92,8 @@ class ClipSource:
     def _pyav(self) -> Iterator[np.ndarray]:
         import av
 
+        from streamvid.media.decoding import to_rgb
+
         container = av.open(self.path)
         stream = container.streams.video[0]
         origin = float(stream.start_time * stream.time_base) if stream.start_time is not None else 0.0
@@ -100,7 +109,7 @@ class ClipSource:
                 for frame in container.decode(stream):
                     ft = (frame.time if frame.time is not None else 0.0) - origin
                     while k < len(times) and ft > times[k] + _EPS_S:
-                        yield _rgb(frame if last is None else last, self.size)  # before the first frame: show it
+                        yield to_rgb(frame if last is None else last, self.size)  # before the first frame: show it
                         k += 1
                     if k == len(times):
                         return
@@ -108,7 +117,7 @@ class ClipSource:
                 period = 1.0 / float(stream.average_rate) if stream.average_rate else 0.0
                 end = (last.time or 0.0) - origin + period if last is not None else 0.0
                 while k < len(times) and last is not None and times[k] < end - _EPS_S:  # the last frame's span
-                    yield _rgb(last, self.size)
+                    yield to_rgb(last, self.size)
                     k += 1
             except av.error.FFmpegError as e:
                 raise ValueError(f"cannot decode {self.path}: {e}") from e
@@ -144,9 +153,3 @@ def _check_readable(path: str) -> None:
                 raise ValueError(f"no video stream in {path}")
     except av.error.FFmpegError as e:
         raise ValueError(f"cannot read video {path}: {e.strerror or e}") from None
-
-
-def _rgb(frame, size: int | None) -> np.ndarray:
-    if size is None:
-        return frame.to_ndarray(format="rgb24")
-    return frame.to_ndarray(format="rgb24", width=size, height=size)
