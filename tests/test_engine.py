@@ -80,7 +80,7 @@ def test_batched_streams_equal_each_stream_alone(adapter):
     # (the random checkpoint answers every stream alike: the bundled model's test below shows the answers' rows)
     answers = [[o.text for o in _outputs(s) if o.kind == "answer"] for s in together]
     for k, plan in enumerate(PLANS):
-        alone_engine = Engine(_cfg(), adapter, max_batch=1)
+        alone_engine = Engine(_cfg(max_batch=1), adapter)
         alone = _run(alone_engine, [plan], interleave=False)[0]
         a, b = together[k].window.snapshot(), alone.window.snapshot()
         assert [x.id for x in a.blocks] == [x.id for x in b.blocks] and a.blocks
@@ -122,8 +122,8 @@ BUNDLED_PLANS = [("shapes_7", 8.0, "How many shapes are on screen?"), ("shapes_8
 
 def _bundled_answers(bundled, plans, max_batch: int | None = None) -> tuple[Engine, list]:
     """Each plan's clip into a stream of one engine, a frame of every stream per round, then each its question."""
-    cfg = EngineConfig.from_settings(max_new_tokens=8)
-    engine = Engine(cfg, bundled, max_batch=max_batch)
+    cfg = EngineConfig.from_settings(max_new_tokens=8, **({} if max_batch is None else {"max_batch": max_batch}))
+    engine = Engine(cfg, bundled)
     streams = [engine.open() for _ in plans]
     feeds = [_clip_frames(clip, until) for clip, until, _ in plans]
     for i in range(max(len(f) for f in feeds)):

@@ -490,7 +490,7 @@ def test_a_full_questions_queue_is_429(server, http, stream):
 
 
 def test_a_full_engine_is_429_until_a_stream_closes(tiny_config, adapter):
-    engine = Engine(tiny_config, adapter, max_streams=1)
+    engine = Engine(tiny_config.replace(max_streams=1), adapter)
     try:
         with running(build_app(engine)) as url, httpx.Client(base_url=url, timeout=60.0) as c:
             first = c.post("/v1/streams", json={"source": "push"})

@@ -11,8 +11,9 @@ whose model has `get_image_features` and `get_text_features` works (CLIPModel, S
 transformers versions this project supports (5.x) those methods return an output object whose `pooler_output` is
 the projected features; a bare tensor (older versions) is taken as it is.
 
-Thread contract: `chunk_vector` (ingest thread) and `question_vector` (reasoning thread) hold `lock` around their
-forward; it is a leaf lock (nothing else is acquired while holding it).
+Thread contract: `chunk_vector` (a stream's ingest) and `question_vector` (its answers), on the engine's scheduler
+thread or a caller stepping an engine of its own, hold `lock` around their forward; it is a leaf lock (nothing else
+is acquired while holding it).
 """
 
 from __future__ import annotations

@@ -64,12 +64,11 @@ log = logging.getLogger(__name__)
 
 
 class Engine:
-    def __init__(self, config: EngineConfig | None = None, adapter: VideoLLMAdapter | None = None,
-                 max_streams: int | None = None, max_batch: int | None = None):
+    def __init__(self, config: EngineConfig | None = None, adapter: VideoLLMAdapter | None = None):
         self.config = config = config or EngineConfig()
         self.adapter = adapter or adapter_for(config)
-        self.max_streams = max_streams or config.scheduler.max_streams
-        self.max_batch = max_batch or config.scheduler.max_batch
+        self.max_streams = config.scheduler.max_streams
+        self.max_batch = config.scheduler.max_batch
         self.admission = Admission(self.adapter, config, self.max_streams)  # the caps `open` checks
         self.embedder = make_embedder(config, self.adapter)  # where retrieval vectors come from (embedders.py)
         sinks = self.adapter.encode_text(self.adapter.sink_text, None)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable
 
 from streamvid.adapters.base import VideoLLMAdapter
 from streamvid.adapters.embedders import Embedder, ModelEmbedder
@@ -54,7 +53,6 @@ class Ingest:
         self.embedder = embedder or ModelEmbedder(adapter)  # gives each block its retrieval vector
         self.memory_encoding = config.memory.encoding or default_memory_encoding(config.model)
         self.source = None  # the input a live run reads (its drops and outages are part of `stats`)
-        self.on_block: Callable[[], None] | None = None
         self._pending: list[Frame] = []
         self._ready: deque[list[Frame]] = deque()  # complete chunks waiting for their forward, oldest first
         self._latest: Frame | None = None
@@ -222,8 +220,6 @@ class Ingest:
                 self.window.rebase(self.adapter.positions.move, room)
         self.blocks_encoded += 1
         self.encode_s += encode_s
-        if self.on_block is not None:
-            self.on_block()
         return block
 
     def tail(self) -> Block | None:

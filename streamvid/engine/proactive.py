@@ -2,7 +2,7 @@
 again, when narration speaks. No model, no threads and no clock of its own: every call passes the stream time
 of the chunk it decides on, so a test drives it with any sequence of times (a fake clock).
 
-Thread contract: every object here is single-threaded; the reasoning thread owns them (docs/architecture.md,
+Thread contract: every object here is single-threaded; the engine's scheduler thread owns them (docs/architecture.md,
 docs/speaking-up.md).
 """
 

@@ -1,8 +1,9 @@
 """The bounded KV window: sink tokens (system prompt) + the most recent blocks within a token budget.
 
-Thread contract: the ingest thread is the only writer (`append`, `rebase`); the reasoning thread reads with
-`snapshot()`. Both take `lock` for a few list operations only. Blocks are immutable and their tensors are never
-modified in place, so a snapshot (a tuple of block references) stays valid while ingest goes on.
+Thread contract: the engine's scheduler thread is the only writer (`append`, `rebase`: a stream's ingest); readers
+take `snapshot()` (answers and probes on the same thread, a session save on another). Both take `lock` for a few
+list operations only. Blocks are immutable and their tensors are never modified in place, so a snapshot (a tuple of
+block references) stays valid while ingest goes on.
 """
 
 from __future__ import annotations

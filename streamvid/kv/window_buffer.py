@@ -15,8 +15,9 @@ once into a new buffer with room for about half a window more. So the window is 
 window's worth of chunks, where concatenating it for every chunk copied it twice per chunk; and the buffer holds
 about 1.5 windows, less than the two transient copies of the window that concatenating made for every chunk.
 
-Thread contract: the ingest thread alone uses it (IngestWorker). Blocks own their K/V (adapters clone a new
-block's K/V out of the forward's cache), so nothing written here changes a block that a snapshot holds.
+Thread contract: its stream's ingest alone uses it, on the engine's scheduler thread (engine/ingest.py). Blocks own
+their K/V (adapters clone a new block's K/V out of the forward's cache), so nothing written here changes a block
+that a snapshot holds.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ blocks beside the window and 0.71 without them).
 
 Retrieved old blocks sit in the context before the window. For a question about now they only add scenes that are
 gone (an old block showing a second circle, or two more shapes to count); for a question about the past they hold
-the evidence. So the reasoning thread searches memory unless the question is in the present tense and says
+the evidence. So an answer searches memory unless the question is in the present tense and says
 nothing about an earlier time (the retrieve_for_now setting turns the search back on for every question).
 
 The rule reads English only: a question in another language, or one without a verb, is searched as before.
