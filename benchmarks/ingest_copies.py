@@ -1,4 +1,4 @@
-"""Encoding chunks on a full window: ingest's window buffer (window_buffer.py, the chunk written in place after the
+"""Encoding chunks on a full window: ingest's window buffer (kv/window.py, the chunk written in place after the
 window) against concatenating sinks + window for every chunk (positions.concat, then a copy into the forward's
 cache), side by side in one run on the same model, window and frames.
 
@@ -25,7 +25,7 @@ import torch
 from streamvid.checkpoints.random_arch import random_adapter
 from streamvid.kv.positions import concat
 from streamvid.kv.window import Block, KVWindow
-from streamvid.kv.window_buffer import WindowBuffer
+from streamvid.kv.window import WindowBuffer
 
 
 def _sync(adapter) -> None:

@@ -192,7 +192,7 @@ class Encoded:
 @dataclass(frozen=True)
 class Context:
     """A cache to run on: concatenated segments and the first free position after them. With `room`, the K/V
-    are views into buffers the caller owns (window_buffer.py) with that many free tokens after them in each
+    are views into buffers the caller owns (kv/window.py) with that many free tokens after them in each
     head's row, which a forward may fill in place instead of copying the context."""
 
     keys: tuple[torch.Tensor, ...]  # per layer with K/V (a hybrid model's attention layers) (1, kv_heads, n, head_dim)

@@ -1,4 +1,4 @@
-"""Ingest's window buffer (window_buffer.py): encoding each chunk on the buffer's in-place context gives the K/V that
+"""The window's device buffer (kv/window.py): encoding each chunk on the buffer's in-place context gives the K/V that
 encoding it on the concatenated sinks + window gives (the reference: positions.concat, as ingest did before), through
 evictions and a rebase, with the chunk written into the buffer by the forward itself; the live part is copied into a
 new buffer only now and then; and blocks a snapshot holds never change."""
@@ -9,8 +9,7 @@ import torch
 
 from conftest import random_frames
 from streamvid.kv.positions import concat
-from streamvid.kv.window import Block, KVWindow
-from streamvid.kv.window_buffer import WindowBuffer
+from streamvid.kv.window import Block, KVWindow, WindowBuffer
 
 
 def _sinks(adapter) -> Block:
@@ -24,12 +23,12 @@ def _same(a, b):
 
 
 def test_in_place_chunks_equal_the_concatenated_context_through_evictions_and_a_rebase(adapter):
+    """The window keeps its own buffer: each block appended is in the next context, whatever left the window."""
     window = KVWindow(_sinks(adapter), budget_tokens=3 * 20)  # three chunks of 56-px frames (20 tokens each)
-    buf = WindowBuffer()
     room, chunks, in_place, first_kept = 0, 24, 0, None
     for c in range(chunks):
         snap = window.snapshot()
-        ctx = buf.context(snap, room)
+        ctx = window.encoding_context(room)
         ref_ctx = concat([snap.sinks, *snap.blocks], snap.next_pos)
         for x, y in zip(ctx.keys + ctx.values, ref_ctx.keys + ref_ctx.values, strict=True):
             assert torch.equal(x, y)
@@ -49,12 +48,12 @@ def test_in_place_chunks_equal_the_concatenated_context_through_evictions_and_a_
         block = Block(c, float(c), c + 1.0, enc.keys, enc.values, snap.next_pos, enc.pos_span, enc.vector)
         if c == 4:
             first_kept = (block, [k.clone() for k in block.keys])
-        buf.append(block)
         window.append(block)
         room = n
         if c == 15:  # a rebase moves every window block to new positions: the buffer must follow
             window.rebase(adapter.positions.move, room=0)
     assert in_place == chunks - 1, "every chunk after the first is written in place"
+    buf = window.buffer
     per_token = adapter.kv_shape.bytes_per_token
     assert buf.nbytes == buf.capacity * per_token
     live = window.snapshot().sinks.n_tokens + window.tokens

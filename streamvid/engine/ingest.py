@@ -8,7 +8,7 @@ the scheduler encodes the jobs of many streams in one batched forward and hands 
 Thread contract: the scheduler's thread alone calls `push`, `flush`, `jobs`, `commit` and `tail`. `latest_t_s`
 and `stats()` may be read from any thread (plain attribute reads). `lock` is held while a new block enters the
 window and evicted blocks enter memory, so a session snapshot (session_store.save) taken under it sees every
-block exactly once. Chunks are encoded on the stream's own copy of sinks + window (`window_buffer.WindowBuffer`).
+block exactly once. Chunks are encoded on the window's own device copy of sinks + window (`KVWindow.encoding_context`).
 
 Stream time: frames and utterances come on their input's clock and cross the stream's (`clock.StreamClock`) here,
 once: plus the session time at which this input started (0 for a fresh session; where the previous run ended for a
@@ -36,7 +36,6 @@ from streamvid.engine.clock import StreamClock
 from streamvid.kv.memory import LongTermMemory
 from streamvid.kv.positions import concat, move_block
 from streamvid.kv.window import Block, KVWindow
-from streamvid.kv.window_buffer import WindowBuffer
 from streamvid.types import ChunkJob, Context, Encoded, Frame, Utterance
 
 
@@ -57,7 +56,6 @@ class Ingest:
         self._ready: deque[list[Frame]] = deque()  # complete chunks waiting for their forward, oldest first
         self._latest: Frame | None = None
         self._next_id = 0
-        self._buffer = WindowBuffer()  # the context chunks are encoded on, appended in place (window_buffer.py)
         self.lock = threading.Lock()
         self._speech: deque[Utterance] = deque()  # heard, not in the window yet, in time order
         self.wait_for_sound = False  # a replay: a chunk waits until the sound is heard up to its start
@@ -146,8 +144,7 @@ class Ingest:
 
     def speech_context(self) -> Context:
         """The context the next speech block is encoded on: sinks + window."""
-        snap = self.window.snapshot()
-        return self._buffer.context(snap, room=0)
+        return self.window.encoding_context(room=0)
 
     def commit_speech(self, encoded: Encoded) -> Block:
         """The oldest utterance's speech block from its `encode_text` on `speech_context()`: into the window (the
@@ -160,7 +157,6 @@ class Ingest:
                           values=encoded.values, pos_start=snap.next_pos, pos_span=encoded.pos_span,
                           vector=vector, speech=utt.text)
             self._next_id += 1
-            self._buffer.append(block)
             for old in self.window.append(block, encoded.state):  # a hybrid model's state advances with it
                 if self.memory is not None:
                     self.memory.add(old.for_memory())
@@ -181,7 +177,7 @@ class Ingest:
         frames = self._ready[0]
         snap = self.window.snapshot()
         room = snap.blocks[-1].n_tokens if snap.blocks else 0  # for a chunk as large as the newest one
-        jobs = [self._job(frames, self._buffer.context(snap, room=room))]
+        jobs = [self._job(frames, self.window.encoding_context(room=room))]
         if self.memory is not None and self.memory_encoding == "sinks":
             sinks = move_block(snap.sinks, snap.next_pos - snap.sinks.pos_span, self.adapter.positions)
             jobs.append(self._job(frames, concat([sinks], snap.next_pos)))
@@ -208,7 +204,6 @@ class Ingest:
                           keys=enc.keys, values=enc.values, pos_start=snap.next_pos, pos_span=enc.pos_span,
                           vector=vector, scene=enc.scene, memory_kv=alone)
             self._next_id += 1
-            self._buffer.append(block)
             for old in self.window.append(block, enc.state):  # a hybrid model's state advances with it
                 if self.memory is not None:
                     self.memory.add(old.for_memory())  # compacted, then copied to the host (stored_block.StoredBlock.of)
@@ -234,7 +229,7 @@ class Ingest:
             return None
         snap = self.window.snapshot()
         room = snap.blocks[-1].n_tokens if snap.blocks else 0
-        enc = self.adapter.encode_chunks([self._job(frames, self._buffer.context(snap, room=room))])[0]
+        enc = self.adapter.encode_chunks([self._job(frames, self.window.encoding_context(room=room))])[0]
         return Block(id=-1, t_start_s=frames[0].t_s, t_end_s=frames[-1].t_s + 1.0 / self.config.fps, keys=enc.keys,
                      values=enc.values, pos_start=snap.next_pos, pos_span=enc.pos_span, vector=None,
                      scene=enc.scene, state=enc.state)  # no vector: this block is never stored or searched
@@ -244,10 +239,6 @@ class Ingest:
         images = [f.image for f in frames]
         images += [images[-1]] * (self.config.frames_per_chunk - len(images))
         return ChunkJob(tuple(images), past, self.config.frames_per_chunk / self.config.fps, frames[0].t_s)
-
-    def release_buffer(self) -> None:
-        """Free the window buffer (an idle stream's release); the next chunk's context rebuilds it."""
-        self._buffer = WindowBuffer()
 
     @property
     def next_block_id(self) -> int:
@@ -266,8 +257,7 @@ class Ingest:
                 "source_outages": getattr(self.source, "outages", 0),
                 "source_lost_s": round(getattr(self.source, "lost_s", 0.0), 3),
                 "ingest_frames_per_s": self.frames_in / self.encode_s if self.encode_s else None,
-                "window_buffer_mb": round(self._buffer.nbytes / 2**20, 3)}
-
+                "window_buffer_mb": round(self.window.buffer.nbytes / 2**20, 3)}
 
 
 def speech_line(utterance: Utterance) -> str:

@@ -345,7 +345,7 @@ class Stream:
         """An idle stream's window KV to host memory and its window buffer freed (scheduler's; see Engine)."""
         host = [torch.device("cpu")] * len(self.window.snapshot().sinks.keys)
         self.window.map(lambda b: b.to(host))
-        self.ingest.release_buffer()
+        self.window.release_buffer()
         self.released = True
 
     def restore(self) -> None:
