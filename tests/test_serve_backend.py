@@ -24,8 +24,16 @@ def test_both_backends_answer_every_call_the_routes_make():
     wanted = calls_of(Backend)
     assert wanted == {"open", "list", *STREAM_CALLS, *STREAMED}
     for cls in (HubService, RayBackend):
-        missing = [n for n in wanted if not callable(getattr(cls, n, None))]
-        assert not missing, (cls.__name__, missing)
+        missing = [n for n in wanted if getattr(cls, n) is getattr(Backend, n)]  # inherited: only the abstract one
+        assert not missing and not cls.__abstractmethods__, (cls.__name__, missing)
+
+
+def test_a_backend_without_every_call_cannot_be_made():
+    class Partial(HubService):
+        watch = Backend.watch  # one call the routes make, left unimplemented
+
+    with pytest.raises(TypeError, match="abstract method.*watch"):
+        Partial(hub=None)
 
 
 class Replicas:

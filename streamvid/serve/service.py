@@ -26,11 +26,12 @@ from streamvid.audio import recognition
 from streamvid.errors import StreamFailed, Timeout
 from streamvid.hub.hub import Hub
 from streamvid.hub.subscriber import CLOSED
+from streamvid.serve.web import Backend
 
 OPEN_GRACE_S = 1.0  # past the open deadline, before a create whose host lookup has not returned gives up
 
 
-class HubService:
+class HubService(Backend):
     def __init__(self, hub: Hub):
         self.hub = hub
         self.options = hub.options

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import hmac
 import json
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Protocol
+from typing import Any
 
 from fastapi.responses import JSONResponse
 
@@ -18,33 +19,54 @@ from streamvid.serve.errors import ServeError, Unauthorized
 from streamvid.serve.options import ServeOptions
 
 
-class Backend(Protocol):
-    """What the routes call (service.HubService's docstrings say what each does). The calls on one stream take its
-    id first (STREAM_CALLS, STREAMED): Ray's backend forwards exactly those to the replica holding the stream."""
+class Backend(ABC):
+    """What the routes call, implemented by service.HubService (one process; its docstrings say what each does) and
+    ray_app.RayBackend (an ingress forwarding to the engine replicas): a backend missing one cannot be made. The calls
+    on one stream take its id first (STREAM_CALLS, STREAMED): Ray's backend forwards exactly those to the replica
+    holding the stream."""
 
     options: ServeOptions
 
+    @abstractmethod
     async def open(self, source: object, fps: float | None = None, session_dir: str | None = None,
                    resume: bool = False) -> dict: ...
+    @abstractmethod
     async def list(self) -> list[dict]: ...
+    @abstractmethod
     async def status(self, sid: str) -> dict: ...
+    @abstractmethod
     async def close(self, sid: str) -> dict: ...
+    @abstractmethod
     async def push(self, sid: str, data: bytes, content_type: str | None, t_s: float | None = None) -> dict: ...
+    @abstractmethod
     async def push_audio(self, sid: str, data: bytes, content_type: str | None, rate: int | None = None,
                          t_s: float | None = None) -> dict: ...
+    @abstractmethod
     async def spoken_question(self, sid: str, data: bytes, fmt: object) -> str: ...
+    @abstractmethod
     async def set_silence(self, sid: str, silence_s: float) -> None: ...
+    @abstractmethod
     async def question(self, sid: str, text: object) -> dict: ...
+    @abstractmethod
     async def watch(self, sid: str, condition: object, fire: float | None = None,
                     reset: float | None = None) -> dict: ...
+    @abstractmethod
     async def watches(self, sid: str) -> list[dict]: ...
+    @abstractmethod
     async def unwatch(self, sid: str, wid: str) -> dict: ...
+    @abstractmethod
     async def alerts(self, sid: str) -> list[dict]: ...
+    @abstractmethod
     async def alert(self, sid: str, alert_id: str) -> dict: ...
+    @abstractmethod
     async def alert_snapshot(self, sid: str, alert_id: str) -> bytes: ...
+    @abstractmethod
     async def alert_clip(self, sid: str, alert_id: str) -> bytes: ...
+    @abstractmethod
     async def frame_jpeg(self, sid: str, t_s: float) -> bytes: ...
+    @abstractmethod
     def ask(self, sid: str, text: object, dialogue: list | None = None) -> AsyncIterator[dict]: ...
+    @abstractmethod
     def events(self, sid: str, deltas: bool = False) -> AsyncIterator[dict | None]: ...
 
 
