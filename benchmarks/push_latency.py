@@ -47,14 +47,7 @@ def engine_latency(cfg: EngineConfig, images: list) -> dict:
     pushed: list[tuple[float, float]] = []  # (perf_counter at push, stream time)
     source = PushSource(cfg.fps)
     with StreamingAssistant(cfg) as sa:
-        append = sa.window.append
-
-        def timed_append(block):
-            evicted = append(block)
-            appended.append((time.perf_counter(), block.t_end_s))
-            return evicted
-
-        sa.window.append = timed_append
+        sa.ingest.on_block = lambda block: appended.append((time.perf_counter(), block.t_end_s))
         sa.start(source)
         tick, t0 = threading.Event(), time.perf_counter()
         for i, image in enumerate(images):

@@ -32,7 +32,7 @@ from streamvid.adapters.row_by_row import RowByRow
 from streamvid.assistant.assistant import StreamingAssistant
 from streamvid.config import EngineConfig
 from streamvid.engine.proactive import ChangeGate
-from streamvid.engine.reasoning import scene_features
+from streamvid.engine.proactive import scene_features
 from streamvid.eval.score import load_episodes
 from streamvid.eval.timeliness import Gold, Question, report
 from streamvid.media.file_source import FileSource

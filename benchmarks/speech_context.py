@@ -74,15 +74,11 @@ def main() -> None:
     source.read = keep_frame
     seen = []
     with StreamingAssistant(config, adapter=adapter) as sa:
-        begin = sa.reasoning.begin
+        def record(a, snap):
+            if family.get(a.question.text) in SPEECH:
+                seen.append((a.question.text, a, snap))
 
-        def record(q, emit=None, snap=None):
-            a = begin(q, emit, snap)
-            if family.get(q.text) in SPEECH and hasattr(a, "context"):
-                seen.append((q.text, a, snap or sa.window.snapshot()))
-            return a
-
-        sa.reasoning.begin = record
+        sa.reasoning.on_answering = record
         sa.run_simulated(source, [(e["t"], e["text"]) for e in asked],
                          [(e["t"], e["text"]) for e in events if e["kind"] == "probe"])
     times = sorted(frames)

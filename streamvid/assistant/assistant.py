@@ -10,7 +10,7 @@
 By default an assistant has an engine (engine.py) of its own; `StreamingAssistant(config, engine=engine)` puts it
 on a shared one, whose scheduler batches its work with the other streams'.
 
-Thread contract: `start`, `ask`, `watch`, `unwatch`, `triggers`, `outputs`, `stats` and `stop` are for the
+Thread contract: `start`, `ask`, `watch`, `schedule`, `unwatch`, `triggers`, `outputs`, `stats` and `stop` are for the
 caller's thread(s). `ask` only puts on the stream's bounded questions queue and `watch`/`unwatch` only change the
 trigger set (see triggers.TriggerSet); answers, tokens, alerts and narration come back on the outputs queue. An
 exception in this stream's work closes it and is re-raised by `outputs()` (and `stop()`). `run_simulated` steps
@@ -42,6 +42,7 @@ from streamvid.engine.reasoning import Reasoning
 from streamvid.engine.stream import BusyError
 from streamvid.kv.budget import Budgets, budgets
 from streamvid.kv.memory import LongTermMemory
+from streamvid.language.asked import Question
 from streamvid.media.alert_media import AlertMedia
 from streamvid.types import Frame, Output, Status
 
@@ -113,6 +114,14 @@ class StreamingAssistant(SimulatedRun):
         k, cooldown_s (proactive.Thresholds; defaults from EngineConfig.trigger_*)."""
         self._raise_error()
         return self.stream.watch(condition, **thresholds)
+
+    def schedule(self, t_s: float, text: str, watch: bool = False) -> None:
+        """Ask `text` (with `watch`: start watching it) once the stream reaches stream time `t_s`."""
+        self.stream.schedule(t_s, text, watch)
+
+    def probe(self, text: str, t_s: float = 0.0) -> Output:
+        """p(yes) for a yes/no question about the window now, at once on this thread (a ProbeResult)."""
+        return self.reasoning.probe(Question("probe", text, t_s))
 
     def keep_alert_media(self, folder: str | Path | None = None) -> AlertMedia:
         """From now on keep the evidence of each alert: the frame it fired on and a clip around it, at the source's

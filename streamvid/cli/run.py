@@ -257,9 +257,9 @@ def _run_live(sa, source, asks: list[tuple[float, str]], watches: list[tuple[flo
     alerts and remarks print as they come. A live stream runs until it ends or is interrupted."""
     off = sa.stream_offset_s  # T is the input's own time; the session's clock may have started earlier
     for t, text in watches:
-        sa.stream.schedule(off + t, text, watch=True)
+        sa.schedule(off + t, text, watch=True)
     for t, text in asks:
-        sa.stream.schedule(off + t, text)
+        sa.schedule(off + t, text)
     sa.start(source)
     answered = 0
     while answered < len(asks) or not sa.ended:

@@ -44,4 +44,5 @@ class StreamClock:
         """`utterance` at its stream times."""
         if not self.start_s:
             return utterance
-        return dataclasses.replace(utterance, t_s=utterance.t_s + self.start_s, t_end_s=utterance.t_end_s + self.start_s)
+        return dataclasses.replace(utterance, t_s=utterance.t_s + self.start_s,
+                                   t_end_s=utterance.t_end_s + self.start_s)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 
 from streamvid.adapters.base import VideoLLMAdapter
 from streamvid.adapters.embedders import Embedder, ModelEmbedder
@@ -52,6 +53,7 @@ class Ingest:
         self.embedder = embedder or ModelEmbedder(adapter)  # gives each block its retrieval vector
         self.memory_encoding = config.memory.encoding or default_memory_encoding(config.model)
         self.source = None  # the input a live run reads (its drops and outages are part of `stats`)
+        self.on_block: Callable[[Block], None] | None = None  # called with each block once it is in the window
         self._pending: list[Frame] = []
         self._ready: deque[list[Frame]] = deque()  # complete chunks waiting for their forward, oldest first
         self._latest: Frame | None = None
@@ -161,6 +163,8 @@ class Ingest:
                 if self.memory is not None:
                     self.memory.add(old.for_memory())
         self.speech_blocks += 1
+        if self.on_block is not None:
+            self.on_block(block)
         return block
 
     @property
@@ -215,6 +219,8 @@ class Ingest:
                 self.window.rebase(self.adapter.positions.move, room)
         self.blocks_encoded += 1
         self.encode_s += encode_s
+        if self.on_block is not None:
+            self.on_block(block)
         return block
 
     def tail(self) -> Block | None:

@@ -27,7 +27,7 @@ from streamvid.adapters.embedders import Embedder, ModelEmbedder
 from streamvid.config import EngineConfig
 from streamvid.engine import limits
 from streamvid.engine.clock import StreamClock
-from streamvid.engine.proactive import ChangeGate, FiringRule, NarrationPolicy
+from streamvid.engine.proactive import ChangeGate, FiringRule, NarrationPolicy, scene_features
 from streamvid.engine.triggers import Trigger, TriggerSet
 from streamvid.kv.memory import LongTermMemory
 from streamvid.kv.positions import layout
@@ -39,20 +39,6 @@ from streamvid.types import Alert, Answer, Context, Narration, Output, ProbeResu
 
 # the answer to a question asked before any frame or speech arrived (the model would answer from the prompt alone)
 NOTHING_SEEN = "I have not seen or heard anything yet. Ask again once the video has started."
-def scene_features(block: Block) -> np.ndarray:
-    """(n_tokens, d) float32, one row per token of the chunk: what the change gate and narration compare chunks by
-    (proactive.novelty). The vision tokens as the decoder received them when the adapter gave them (`Block.scene`),
-    else the block's values at the first decoder layer. Neither carries position, so the same content at another
-    time or place gives the same rows.
-
-    The vision tokens see what the model sees: on ShapesWorld (dev seed 2001, gate at 0.01) they let the gate skip
-    59% of chunks with one chunk of a changed scene seen late; the first layer's values, a projection of them that
-    keeps what that layer needs, hid most entering objects behind a twin of another shape in the same colour (skip
-    70% at 0.05 but 141 changed chunks seen late)."""
-    if block.scene is not None:
-        return np.asarray(block.scene, np.float32)
-    v = block.values[0][0].float()  # (kv_heads, n_tokens, head_dim)
-    return v.permute(1, 0, 2).reshape(v.shape[1], -1).cpu().numpy()
 
 
 @dataclass
@@ -127,6 +113,8 @@ class Reasoning:
         # called with (trigger id, stream time, p(yes), the chunk's vision tokens or None) for every probe score
         # a trigger gets: what benchmarks/trigger_sweep.py records to choose the firing rule
         self.on_score: Callable[[str, float, float, np.ndarray | None], None] | None = None
+        # called with each question laid out for answering and the window snapshot it is answered on
+        self.on_answering: Callable[[Answering, WindowSnapshot], None] | None = None
         self.remarks = 0
         self._last_speech_s: float | None = None  # where the last utterance heard ended ("someone speaks")
 
@@ -162,8 +150,11 @@ class Reasoning:
             q.dialogue)[-turns:]
         dialogue, dropped = limits.fit_dialogue(self.adapter, q.text, dialogue,
                                                 self.config.generation.max_dialogue_tokens)
-        prompt = self.adapter.prompt(q.text, dialogue)
-        return Answering(q, context, prompt, retrieved, bool(window), snap.span_s, dropped)
+        answering = Answering(q, context, self.adapter.prompt(q.text, dialogue), retrieved, bool(window), snap.span_s,
+                              dropped)
+        if self.on_answering is not None:
+            self.on_answering(answering, snap)
+        return answering
 
     def _remembers(self) -> bool:
         return self.memory is not None and len(self.memory) > 0

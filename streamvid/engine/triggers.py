@@ -23,7 +23,8 @@ from streamvid.language.heard import Heard
 @dataclass
 class Trigger:
     """A standing trigger: a yes/no probe asked on each decided chunk, and the rule that turns its scores into
-    alerts. Made on any thread; once added to a TriggerSet its state is written by the engine's scheduler thread only."""
+    alerts. Made on any thread; once added to a TriggerSet its state is written by the engine's scheduler thread
+    only."""
 
     id: str  # "w0", ... from watch(); the question's id ("q3") for a trigger made from a question
     condition: str  # as the user phrased it

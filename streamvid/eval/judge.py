@@ -32,7 +32,6 @@ def judge_name(model: str) -> str:
 def judge_trace(episodes: list[dict], trace_path: str | Path, config: EngineConfig) -> int:
     """Append judge records for the open-ended replies not yet judged by this model; returns how many."""
     from streamvid.assistant.assistant import StreamingAssistant
-    from streamvid.language.asked import Question
 
     trace_path = Path(trace_path)
     records = [json.loads(x) for x in trace_path.read_text().splitlines() if x.strip()]
@@ -54,7 +53,7 @@ def judge_trace(episodes: list[dict], trace_path: str | Path, config: EngineConf
         return 0
     with StreamingAssistant(config.replace(memory_top_k=0, dialogue_turns=0)) as sa, open(trace_path, "a") as f:
         for (eid, qid), prompt in todo:
-            out = sa.reasoning.probe(Question("judge", prompt, 0.0))  # no video: the window holds the sinks only
+            out = sa.probe(prompt)  # no video: the window holds the sinks only
             p = out.p_yes
             f.write(json.dumps({"episode_id": eid, "event_id": qid, "type": "judge", "judge": name, "p_yes": p,
                                 "verdict": p >= 0.5}) + "\n")

@@ -6,9 +6,9 @@ list operations only. Blocks are immutable and their tensors are never modified 
 block references) stays valid while ingest goes on.
 
 The window owns the device buffer its next block is encoded on (`encoding_context`; WindowBuffer below): a copy of
-the sinks and the window's blocks in preallocated per-layer K/V buffers, kept by `append` itself, so that encoding a chunk neither concatenates the window nor copies
-it into the forward's cache: the context handed to the forward is a view of the buffer with free room after it
-(`Context.room`), where the forward writes the chunk's K/V in place.
+the sinks and the window's blocks in preallocated per-layer K/V buffers, kept by `append` itself, so that encoding a
+chunk neither concatenates the window nor copies it into the forward's cache: the context handed to the forward is a
+view of the buffer with free room after it (`Context.room`), where the forward writes the chunk's K/V in place.
 
 Layout of each layer's buffer, (1, kv_heads, capacity, head_dim) on that layer's device:
 

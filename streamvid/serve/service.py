@@ -7,13 +7,14 @@
     async for item in service.events(info["id"]):
         ...   # None first (subscribed) and on every idle tick, then every output of the stream as JSON
 
-Every method raises the hub's errors (streamvid.errors; errors.py gives their HTTP statuses) for what a client
-did wrong. A generator checks the stream before its first item, so a caller can answer 404 before it starts a streamed response. Blocking work runs on
-worker threads; the event loop only queues. Opening a URL source (its host lookup here, then its connect and probe
-after `open` has answered with state "opening") runs on the hub's open pool (`Hub.opener`); everything else
-(opening a clip, a file or "push", decoding an image, a question or condition put in the chat template and
-tokenised, a status read, stopping a stream) on asyncio's default executor, so no request waits behind another stream's network; pushed sound and spoken questions, which may wait for
-the shared speech recogniser, on the sound pool (audio/recognition.py), so they never hold the default executor.
+Every method raises the hub's errors (streamvid.errors; errors.py gives their HTTP statuses) for what a client did
+wrong. A generator checks the stream before its first item, so a caller can answer 404 before it starts a streamed
+response. Blocking work runs on worker threads; the event loop only queues. Opening a URL source (its host lookup
+here, then its connect and probe after `open` has answered with state "opening") runs on the hub's open pool
+(`Hub.opener`); everything else (opening a clip, a file or "push", decoding an image, a question or condition put in
+the chat template and tokenised, a status read, stopping a stream) on asyncio's default executor, so no request
+waits behind another stream's network; pushed sound and spoken questions, which may wait for the shared speech
+recogniser, on the sound pool (audio/recognition.py), so they never hold the default executor.
 """
 
 from __future__ import annotations
