@@ -1,7 +1,8 @@
 """The library's layout as the docs state it: modules over LIMIT lines only where named in LONG_MODULES (a list
 that may only shrink), the per-package map in docs/architecture.md naming every module and package of the tree
 (none missing, none stale), the import layers of pyproject.toml's `[tool.importlinter]` contracts held by the
-real imports (`lint-imports`), and no private name reached across objects (ruff's SLF001)."""
+real imports (`lint-imports`), no import circle between modules (grimp's graph), and no private name reached across
+objects (ruff's SLF001)."""
 
 from __future__ import annotations
 
@@ -103,6 +104,54 @@ def test_import_layers_hold():
                           "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
     assert "0 broken" in run.stdout
+
+
+def import_cycles(imports: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles of a module graph (module -> the modules it imports), each as its modules in a strongly
+    connected component of two or more (Tarjan's algorithm); a module importing itself is not a cycle."""
+    index, low, stack, on, found = {}, {}, [], set(), []
+
+    def visit(m: str) -> None:
+        index[m] = low[m] = len(index)
+        stack.append(m)
+        on.add(m)
+        for d in imports.get(m, ()):
+            if d not in index:
+                visit(d)
+                low[m] = min(low[m], low[d])
+            elif d in on:
+                low[m] = min(low[m], index[d])
+        if low[m] == index[m]:
+            part = []
+            while True:
+                x = stack.pop()
+                on.discard(x)
+                part.append(x)
+                if x == m:
+                    break
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for m in sorted(imports):
+        if m not in index:
+            visit(m)
+    return found
+
+
+def test_import_cycles_are_found():
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"d", "a"}}) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
+
+
+@pytest.mark.skipif(importlib.util.find_spec("grimp") is None,
+                    reason="grimp is not installed (import-linter, in the test extra, brings it)")
+def test_no_import_circles():
+    import grimp
+
+    graph = grimp.build_graph("streamvid", "streamvid_app")
+    imports = {m: {d for d in graph.find_modules_directly_imported_by(m) if d.split(".")[0] in
+                   ("streamvid", "streamvid_app")} for m in graph.modules}
+    assert import_cycles(imports) == []
 
 
 @pytest.mark.skipif(importlib.util.find_spec("ruff") is None, reason="ruff is not installed (the test extra installs it)")
