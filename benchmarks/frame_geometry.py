@@ -1,6 +1,6 @@
 """The bundled model on ShapesWorld episodes as they are (square) and pillarboxed to 16:9 (black bands left and
-right, the picture unchanged in the middle), scored with `streamvid score` at the defaults: what the one frame
-geometry (media/geometry.py: about frame_px x frame_px pixels, the aspect ratio kept) does to the scores.
+right, the picture unchanged in the middle), scored with `streamvid score` at the defaults: what the frame geometry
+(media/geometry.py) does to the scores.
 
     python benchmarks/frame_geometry.py --seeds 9100-9107 --minutes 2 --out /tmp/geometry
 

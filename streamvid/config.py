@@ -267,9 +267,9 @@ class EngineConfig(_Section):
                     choices=("auto", "sdpa", "flash_attention_2", "eager"))
     fps: float = opt(2.0, "fps", "frames sampled per second of stream", "positive")
     frames_per_chunk: int = opt(2, "frames_per_chunk", None, "positive")  # a multiple of the temporal patch
-    frame_px: int | None = opt(None, "frame_px", "scale frames to about N x N pixels first, their aspect ratio kept "
+    frame_px: int | None = opt(None, "frame_px", "centre-crop frames to a square and resize them to N x N first "
                                                  "(default: the size the model was trained at when its folder says, "
-                                                 "else the source's)", metavar="N")
+                                                 "else the source's, its aspect ratio kept)", metavar="N")
     audio: str = opt("auto", "audio", "hear a source's sound: auto (transcribe it when the source has an audio "
                      "track) or off", choices=("auto", "off"))
     asr: str = opt("whisper-tiny.en", "asr", "speech recogniser: whisper-tiny.en (offline, the default), "

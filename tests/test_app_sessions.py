@@ -118,7 +118,7 @@ def test_push_stream_answers_with_stream_time_and_poll_sees_it(manager):
     s = manager.session("tab-1")
     assert s.start("push")["event"] == "started"
     rng = np.random.default_rng(1)
-    for i in range(6):  # 640x480 webcam-sized frames are scaled to about frame_px x frame_px, 4:3 kept
+    for i in range(6):  # 640x480 webcam-sized frames are cropped and resized to frame_px
         s.push_frame(rng.integers(0, 256, (480, 640, 3), dtype=np.uint8), t_s=i / 2)
         wait_until(lambda n=i + 1: s.status()["frames_in"] + s.status()["frames_dropped"] >= n, what="frame in")
     wait_until(lambda: s.status()["blocks_encoded"] >= 2, what="blocks in the window")
@@ -131,7 +131,7 @@ def test_push_stream_answers_with_stream_time_and_poll_sees_it(manager):
     polled = s.poll(0)
     assert [o["type"] for o in polled["outputs"]] == ["status", "answer"]
     assert s.poll(polled["cursor"]) == {"cursor": polled["cursor"], "outputs": []}
-    assert s.latest_frame().image.shape == (48, 65, 3)  # 56 / sqrt(640 * 480) of each side: 64.7 x 48.5
+    assert s.latest_frame().image.shape == (56, 56, 3)
     final = s.stop()
     assert final["type"] == "stats" and final["frames_in"] >= 2 and final["running"] is False
     assert final["blocks_in_ram"] + final["blocks_on_disk"] == final["blocks_in_memory"]

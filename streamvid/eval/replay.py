@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from streamvid.media.geometry import fitted_size
+from streamvid.media.geometry import centre_square, scaled_size
 from streamvid.types import Frame
 
 _EPS_S = 1e-6
@@ -70,12 +70,12 @@ class ClipSource:
         import decord
 
         kw = {}
-        if self.size:  # decord resizes as it decodes: the size the frame geometry gives (media/geometry.py)
+        if self.size:  # decord scales as it decodes; the centre square is kept below (media/geometry.py)
             import av
 
             with av.open(self.path) as container:
                 codec = container.streams.video[0].codec_context
-                kw["width"], kw["height"] = fitted_size(codec.width, codec.height, self.size)
+                kw["width"], kw["height"] = scaled_size(codec.width, codec.height, self.size)
         vr = decord.VideoReader(self.path, ctx=decord.cpu(0), num_threads=1, **kw)
         stamps = vr.get_frame_timestamp(range(len(vr)))
         if len(vr) == 0:
@@ -86,7 +86,7 @@ class ClipSource:
         def frames() -> Iterator[np.ndarray]:
             for i in range(0, len(idx), BATCH):
                 batch = vr.get_batch(idx[i:i + BATCH]).asnumpy()
-                yield from batch
+                yield from (np.ascontiguousarray(centre_square(f)) if self.size else f for f in batch)
         return frames()
 
     def _pyav(self) -> Iterator[np.ndarray]:

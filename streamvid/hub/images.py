@@ -1,8 +1,8 @@
 """Still frames sent to the hub (an HTTP body, a realtime message, a file the web page received, a webcam array):
-refused above the pixel cap from their header before anything decodes them, then RGB and (with `px`) scaled to
-about px x px pixels with their aspect ratio kept, as every source's frames are (media/geometry.py).
+refused above the pixel cap from their header before anything decodes them, then RGB and (with `px`) the centre
+square at px x px, as every source's frames are (media/geometry.py).
 
-    image = decode(png_bytes, "image/png", max_pixels=16_777_216, px=112)   # a 4:3 PNG: (97, 129, 3) uint8
+    image = decode(png_bytes, "image/png", max_pixels=16_777_216, px=112)   # (112, 112, 3) uint8
     image = load("frame.png", max_pixels=16_777_216, px=112)                # a PNG, JPEG or WebP file
     image = prepare(array, max_pixels=16_777_216, px=112)                   # an array: capped, then fitted
     cap_decoded_pixels(16_777_216)   # once per process: PIL refuses larger images wherever it reads a header
@@ -21,7 +21,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from streamvid.errors import Refused, UnsupportedMedia
-from streamvid.media.geometry import fitted_size
+from streamvid.media.geometry import centre_square
 
 IMAGE_TYPES = {"image/png": "PNG", "image/jpeg": "JPEG", "image/jpg": "JPEG"}
 FILE_FORMATS = ("PNG", "JPEG", "WEBP")  # what a file the page received may be
@@ -50,7 +50,7 @@ def cap_decoded_pixels(max_pixels: int) -> None:
 
 def decode(data: bytes, content_type: str | None, max_pixels: int = DEFAULT_MAX_PIXELS,
            px: int | None = None) -> np.ndarray:
-    """(H, W, 3) uint8 RGB from PNG/JPEG bytes; fitted to `px` when `px` is set. Refused for an empty,
+    """(H, W, 3) uint8 RGB from PNG/JPEG bytes; square and `px` wide when `px` is set. Refused for an empty,
     unreadable or over-cap image, UnsupportedMedia for another type or bytes of another format."""
     fmt = media_type(content_type) if content_type is not None else None
     if not data:
@@ -59,7 +59,7 @@ def decode(data: bytes, content_type: str | None, max_pixels: int = DEFAULT_MAX_
 
 
 def load(path: str, max_pixels: int = DEFAULT_MAX_PIXELS, px: int | None = None) -> np.ndarray:
-    """The PNG, JPEG or WebP file at `path` as (H, W, 3) uint8 RGB, fitted to `px` when `px` is set."""
+    """The PNG, JPEG or WebP file at `path` as (H, W, 3) uint8 RGB, square and `px` wide when `px` is set."""
     try:
         with open(path, "rb") as f:
             return _read(f, FILE_FORMATS, None, max_pixels, px)
@@ -76,8 +76,8 @@ def _read(fp, formats: tuple[str, ...], fmt: str | None, max_pixels: int, px: in
                     raise UnsupportedMedia(f"the body is {im.format or 'not an image'} but Content-Type says "
                                            f"{fmt.lower()}")
                 check_size(*im.size, max_pixels)
-                if px is not None and im.format == "JPEG":  # decode at 1/2, 1/4 or 1/8 scale, still as large
-                    im.draft("RGB", fitted_size(*im.size, px))
+                if px is not None and im.format == "JPEG":
+                    im.draft("RGB", (px, px))  # decode at 1/2, 1/4 or 1/8 scale, still at least px wide
                 rgb = np.asarray(im.convert("RGB"))
     except Refused:
         raise
@@ -103,7 +103,7 @@ def _cap(max_pixels: int) -> str:
 
 def prepare(image, max_pixels: int = DEFAULT_MAX_PIXELS, px: int | None = None) -> np.ndarray:
     """An image pushed as an array (a webcam frame): refused above `max_pixels`, then made RGB (grey and RGBA
-    accepted), and fitted to `px`."""
+    accepted), square and `px` wide."""
     image = np.asarray(image)
     if image.ndim >= 2:
         check_size(image.shape[1], image.shape[0], max_pixels)
@@ -115,10 +115,8 @@ def prepare(image, max_pixels: int = DEFAULT_MAX_PIXELS, px: int | None = None) 
 
 
 def fit(image: np.ndarray, px: int | None) -> np.ndarray:
-    """Scaled (bilinear) to about `px` x `px` pixels, its aspect ratio kept, when `px` is set; as is otherwise."""
-    if px is None:
+    """The centre square resized (bilinear) to `px` x `px` when `px` is set (media/geometry.py); as is otherwise."""
+    if px is None or image.shape[:2] == (px, px):
         return np.ascontiguousarray(image)
-    width, height = fitted_size(image.shape[1], image.shape[0], px)
-    if image.shape[:2] == (height, width):
-        return np.ascontiguousarray(image)
-    return np.asarray(Image.fromarray(np.ascontiguousarray(image)).resize((width, height), Image.BILINEAR))
+    square = Image.fromarray(np.ascontiguousarray(centre_square(image)))
+    return np.asarray(square.resize((px, px), Image.BILINEAR))

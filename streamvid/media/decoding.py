@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 import av
 import numpy as np
 
-from streamvid.media.geometry import fitted_size
+from streamvid.media.geometry import centre_square, scaled_size
 from streamvid.types import Frame
 
 GRID_EPS_S = 1e-6  # float slack when comparing a frame time with a grid point
@@ -112,12 +112,12 @@ def open_container(target: str, name: str, max_frame_pixels: int | None = None, 
 
 
 def to_rgb(frame: av.VideoFrame, size: int | None) -> np.ndarray:
-    """RGB at about `size` x `size` pixels, the aspect ratio kept (geometry.py), in one swscale pass from the
-    decoded frame (no full-size RGB copy)."""
+    """RGB at `size` x `size` (geometry.py: the shorter side scaled to `size` in one swscale pass from the decoded
+    frame, no full-size RGB copy, then the centre square)."""
     if size is None:
         return frame.to_ndarray(format="rgb24")
-    width, height = fitted_size(frame.width, frame.height, size)
-    return frame.to_ndarray(format="rgb24", width=width, height=height)
+    width, height = scaled_size(frame.width, frame.height, size)
+    return np.ascontiguousarray(centre_square(frame.to_ndarray(format="rgb24", width=width, height=height)))
 
 
 def decode_frames(container, fps: float, size: int | None, name: str, origin_s: float | None = None,

@@ -1,23 +1,33 @@
-"""One frame geometry for every source: with a frame size set (`--frame-px N`), a frame keeps its aspect ratio and is
-scaled to about N x N pixels, as the HF processors treat an image within their pixel budget. A file, a URL, a camera,
-a pushed frame and a benchmark replay of the same 16:9 picture reach the model alike, and nothing at a frame's edges
-is cut off (a webcam's left and right thirds stay in view).
+"""One frame geometry for every source. With a frame size set (`--frame-px N`; by default the size a streamvid-trained
+model such as the bundled one was trained at), a frame is scaled so that its shorter side is N pixels and its centre
+N x N square is kept: a file, a URL, a camera, a benchmark replay and a pushed frame of the same 16:9 picture reach
+the model alike. Without a frame size (real checkpoints, by default), frames keep the source's size and aspect ratio
+and the model's own processor fits them within its pixel budget.
 
-    fitted_size(1280, 720, 112)     # (149, 84): 12,516 pixels, about 112 x 112, still 16:9
-    fitted_size(640, 640, 112)      # (112, 112)
+    scaled_size(1280, 720, 112)     # (199, 112): the shorter side at 112, then the centre 112 x 112 is kept
+    centre_square(image)            # the centre square of an (H, W, 3) image (a view)
 
-The model's processor then rounds each side to its patch grid (a Qwen2-VL-style one: 140 x 84 above, 5 x 3 merged
-patches, where a square frame has 4 x 4).
+Why square: the bundled model was trained on square ShapesWorld frames only. Shown 16:9 frames with their aspect ratio
+kept (about 112 x 112 pixels, 150 x 84), it answered 0.25 of 384 questions right where square frames gave 0.98; the
+same frames squashed to a square gave 0.22 (benchmarks/frame_geometry.py, benchmarks/RESULTS.md). A centre crop shows
+it the picture at the scale it knows, and loses the sides of a wide frame.
 """
 
 from __future__ import annotations
 
-import math
-
-MIN_SIDE = 28  # no side below two merged 14-px patches (or `px`, when smaller), however long and thin the frame
+import numpy as np
 
 
-def fitted_size(width: int, height: int, px: int) -> tuple[int, int]:
-    """(width, height) of a `width` x `height` frame scaled to about `px` x `px` pixels, its aspect ratio kept."""
-    scale, least = px / math.sqrt(width * height), min(MIN_SIDE, px)
-    return max(least, round(width * scale)), max(least, round(height * scale))
+def scaled_size(width: int, height: int, px: int) -> tuple[int, int]:
+    """(width, height) of a `width` x `height` frame scaled so that its shorter side is `px`, its aspect ratio kept."""
+    if width <= height:
+        return px, max(px, round(height * px / width))
+    return max(px, round(width * px / height)), px
+
+
+def centre_square(image: np.ndarray) -> np.ndarray:
+    """The centre min(H, W) x min(H, W) square of an (H, W, ...) image, as a view."""
+    h, w = image.shape[:2]
+    side = min(h, w)
+    top, left = (h - side) // 2, (w - side) // 2
+    return image[top:top + side, left:left + side]
