@@ -4,6 +4,7 @@ profile; `wait_until`, the bounded condition wait that tests use instead of wall
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Callable
 
@@ -76,3 +77,9 @@ def hf_greedy_tokens(adapter, inputs: dict, max_new_tokens: int = 12) -> list[in
         ref.append(token)
     assert len(ref) >= 3, "the random model stops at once: the comparison would say nothing"
     return ref
+
+
+def ctrl_c_as_at_a_terminal() -> None:
+    """A child process's preexec_fn: SIGINT at its default, so that Python in it turns Ctrl-C into KeyboardInterrupt
+    even when the tests run in a background job, whose children start with SIGINT ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -13,6 +13,7 @@ import threading
 
 import httpx
 import pytest
+from conftest import ctrl_c_as_at_a_terminal
 
 
 def _free_port() -> int:
@@ -27,7 +28,8 @@ def test_demo_prints_where_it_serves_and_nothing_of_gradios_own(tmp_path, stop):
     env = {**os.environ, "GRADIO_TEMP_DIR": str(tmp_path)}
     env.pop("STREAMVID_AUTH", None)
     server = subprocess.Popen([sys.executable, "-m", "streamvid.cli", "demo", "--port", str(port)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              preexec_fn=ctrl_c_as_at_a_terminal)
     lines: list[str] = []
     ready = threading.Event()
 

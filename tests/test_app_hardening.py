@@ -11,6 +11,7 @@ import zlib
 
 import httpx
 import pytest
+from conftest import ctrl_c_as_at_a_terminal
 from gradio_client import Client, handle_file
 from gradio_client.exceptions import AppError
 from hypothesis import HealthCheck, given, settings
@@ -296,7 +297,8 @@ def test_the_servers_uploads_are_removed_at_shutdown(tmp_path):
     env = {**os.environ, "GRADIO_TEMP_DIR": str(tmp_path)}
     env.pop("STREAMVID_AUTH", None)
     server = subprocess.Popen([sys.executable, "-m", "streamvid.cli", "demo", "--port", str(port)], env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              preexec_fn=ctrl_c_as_at_a_terminal)
     try:
         url = f"http://127.0.0.1:{port}"
         for _ in range(600):  # the model loads first: up to 120 s

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import ctrl_c_as_at_a_terminal
 from test_cli import run, world_mp4
 
 from streamvid.assistant import session_store
@@ -115,9 +116,9 @@ def test_interrupting_a_live_run_prints_the_stats_line_and_saves(tiny_model_dir,
     session = tmp_path / "s"
     p = subprocess.Popen([sys.executable, "-m", "streamvid.cli", "run", str(long_mp4), "--realtime",
                           "--model", str(tiny_model_dir), "--fps", "2", "--max-new-tokens", "2",
-                          "--window-tokens", "60",                          "--ask", "1:What is on screen?", "--session", str(session)],
+                          "--window-tokens", "60", "--ask", "1:What is on screen?", "--session", str(session)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+                         env={**os.environ, "OMP_NUM_THREADS": "1"}, preexec_fn=ctrl_c_as_at_a_terminal)
     try:
         first = json.loads(p.stdout.readline() or "null")
         assert first is not None and first["type"] == "answer", p.stderr.read()

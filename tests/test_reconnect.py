@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import av
 import numpy as np
 import pytest
+from conftest import ctrl_c_as_at_a_terminal
 from PIL import Image
 
 from streamvid.assistant.assistant import StreamingAssistant
@@ -165,7 +166,7 @@ def test_streamvid_run_on_a_url_that_drops_comes_back_by_itself(tiny_model_dir, 
     p = subprocess.Popen([sys.executable, "-m", "streamvid.cli", "run", server.url, "--model", str(tiny_model_dir),
                           "--fps", "4", "--window-tokens", "60", "--max-new-tokens", "2"],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+                         env={**os.environ, "OMP_NUM_THREADS": "1"}, preexec_fn=ctrl_c_as_at_a_terminal)
     try:
         sent = server.sent
         deadline = time.monotonic() + WAIT_S

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import ctrl_c_as_at_a_terminal
 from serve_helpers import allow_dir, config, engine, free_port, running, wait_until  # noqa: F401 - fixtures
 
 from streamvid.serve import ServeOptions, build_app
@@ -179,7 +180,8 @@ def ray_cli(tmp_path_factory):
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "streamvid.cli", "serve", "--ray", "--replicas", "2",
                                  "--host", "127.0.0.1", "--port", str(port), "--allow-dir", str(allow)],
-                                stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                                stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                preexec_fn=ctrl_c_as_at_a_terminal)
     try:
         wait_until(lambda: "on Ray Serve" in log.read_text() or proc.poll() is not None, timeout_s=600,
                    what="streamvid serve --ray to start")
