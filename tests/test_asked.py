@@ -91,7 +91,7 @@ def test_reasoning_acts_on_the_questions_condition_not_its_text(engine):
     try:
         c = Condition("someone says 'apple'", Probe("said: apple", False, 'Someone said "apple".'), Heard("apple"),
                       repeat=False)
-        s.put("What is on screen?", 0.0, condition=c)
+        s.put("What is on screen?", 0.0, c)
         engine.run_until_idle()
         assert [o.text for o in drain(s) if o.kind == "answer"] == ["OK, I will tell you when someone says 'apple'."]
         assert "apple" in s.hints(0.0)

@@ -14,9 +14,8 @@ import queue
 from collections.abc import Sequence
 
 from streamvid.assistant.hearing import hearing_for
-from streamvid.types import Output
-from streamvid.language import user_text
 from streamvid.language.asked import Question, condition_of, watched
+from streamvid.types import Output
 
 
 class SimulatedRun:
@@ -45,8 +44,7 @@ class SimulatedRun:
         self._tap(source)
         # each question and watch parsed once, known ahead: the recogniser listens for the phrases asked from their
         # time on
-        parsed = {"answer": condition_of, "watch": lambda text: watched(user_text.clean(text, "condition")),
-                  "probe": lambda text: None}
+        parsed = {"answer": condition_of, "watch": watched, "probe": lambda text: None}
         pending = [(t, text, kind, parsed[kind](text)) for t, text, kind in pending]
         for t, _, _, condition in pending:
             self.stream.listening.note(condition, self.stream.clock.stream_t(t))
@@ -73,7 +71,7 @@ class SimulatedRun:
             if (tail := self.ingest.tail()) is not None:  # the unfinished chunk, for this answer alone
                 snap = dataclasses.replace(snap, blocks=(*snap.blocks, tail))
             if kind == "answer":
-                self.stream.put(text, t, snapshot=snap, condition=condition)
+                self.stream.put(text, t, condition, snapshot=snap)
                 drain()
             else:
                 results.append(self.reasoning.probe(Question(f"p{len(results)}", text, t), snap))

@@ -49,7 +49,7 @@ from streamvid.kv.budget import window_tokens_for
 from streamvid.kv.memory import LongTermMemory
 from streamvid.kv.window import Block, KVWindow, WindowSnapshot
 from streamvid.language import user_text
-from streamvid.language.asked import PARSE, Condition, Question, condition_of, watched
+from streamvid.language.asked import Condition, Question, condition_of, watched
 from streamvid.language.wake_word import addressed
 from streamvid.types import Alert, Frame, Output, Status, Transcript, Utterance, VoiceActivity
 
@@ -196,14 +196,13 @@ class Stream:
             self.reasoning.triggers.check_room(self.config.triggers.max_watches)
         turns = None if dialogue is None else tuple(
             (user_text.clean(q), user_text.clean(a, "answer") if str(a).strip() else "") for q, a in dialogue)
-        return self.put(text, self.ingest.latest_t_s if t_s is None else t_s, dialogue=turns, condition=condition)
+        return self.put(text, self.ingest.latest_t_s if t_s is None else t_s, condition, dialogue=turns)
 
-    def put(self, text: str, t_s: float, snapshot: WindowSnapshot | None = None,
-            dialogue: tuple[tuple[str, str], ...] | None = None, condition: Condition | None = PARSE) -> str:
-        """Queue a question as given (a replay's benchmark prompt, taken verbatim); `snapshot`: answer on these
-        window blocks instead of the window when the answer starts (a replay's window plus its unfinished chunk);
-        `condition`: the text's, when the caller parsed it already. Returns its id; BusyError when the queue is
-        full."""
+    def put(self, text: str, t_s: float, condition: Condition | None, snapshot: WindowSnapshot | None = None,
+            dialogue: tuple[tuple[str, str], ...] | None = None) -> str:
+        """Queue a question as given (a replay's benchmark prompt, taken verbatim) with its parsed `condition`
+        (asked.condition_of); `snapshot`: answer on these window blocks instead of the window when the answer starts
+        (a replay's window plus its unfinished chunk). Returns its id; BusyError when the queue is full."""
         with self._lock:
             if len(self._questions) >= (size := self.config.generation.question_queue_size):
                 raise BusyError(f"busy: {size} questions are waiting; ask again shortly")
@@ -218,7 +217,7 @@ class Stream:
         """Start a standing trigger (see StreamingAssistant.watch) on a condition as typed, or parsed already
         (`asked.watched`); returns its id ("w0", "w1", ...)."""
         if not isinstance(condition, Condition):
-            condition = watched(user_text.clean(condition, "condition"))  # ValueError: empty, or no phrase
+            condition = watched(condition)  # ValueError: not text, empty, too long, or no phrase
         tokens = 0
         if condition.heard is None:  # "said: stop", "someone says 'help'": decided on transcripts, no probe
             tokens = limits.check_condition(self.adapter, condition.probe.question,
@@ -237,8 +236,10 @@ class Stream:
     def schedule(self, t_s: float, text: str, watch: bool = False) -> None:
         """Ask `text` (or, with `watch`, start watching it) once the stream reaches time `t_s` (or its input ends);
         a question waits for room on the questions queue. ValueError for bad text, at once."""
-        text = user_text.clean(text, "condition" if watch else "question")
-        condition = watched(text) if watch else condition_of(text)
+        if watch:
+            condition = watched(text)
+        else:
+            condition = condition_of(text := user_text.clean(text))
         self.listening.note(condition, t_s)  # known ahead: the recogniser listens for it from t_s on
         with self._lock:
             self._scheduled.append((t_s, text, condition, watch))

@@ -52,7 +52,8 @@ class ClipSource:
             raise ValueError(f"video file not found: {path}")
         self.path, self.size = str(path), size
         self.times = grid_times(t0, t, fps)
-        _check_readable(self.path)  # one clear error for a file no decoder can open (before decord logs its own)
+        # one clear error for a file no decoder can open (before decord logs its own); its frames' size
+        self._source_size = _video_size(self.path)
         self._frames: Iterator[np.ndarray] | None = None
         if backend in ("auto", "decord"):
             try:
@@ -71,11 +72,7 @@ class ClipSource:
 
         kw = {}
         if self.size:  # decord scales as it decodes; the centre square is kept below (media/geometry.py)
-            import av
-
-            with av.open(self.path) as container:
-                codec = container.streams.video[0].codec_context
-                kw["width"], kw["height"] = scaled_size(codec.width, codec.height, self.size)
+            kw["width"], kw["height"] = scaled_size(*self._source_size, self.size)
         vr = decord.VideoReader(self.path, ctx=decord.cpu(0), num_threads=1, **kw)
         stamps = vr.get_frame_timestamp(range(len(vr)))
         if len(vr) == 0:
@@ -144,12 +141,16 @@ class ClipSource:
                 close()
 
 
-def _check_readable(path: str) -> None:
+def _video_size(path: str) -> tuple[int, int]:
+    """(width, height) of the first video stream's frames; ValueError in one line when there is none or no decoder
+    can open the file."""
     import av
 
     try:
         with av.open(path) as container:
             if not container.streams.video:
                 raise ValueError(f"no video stream in {path}")
+            codec = container.streams.video[0].codec_context
+            return codec.width, codec.height
     except av.error.FFmpegError as e:
         raise ValueError(f"cannot read video {path}: {e.strerror or e}") from None

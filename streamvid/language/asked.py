@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from streamvid.language import user_text
 from streamvid.language.future import FutureRequest, Probe, acknowledgement, parse_request, probe_for
 from streamvid.language.heard import Heard, heard_condition
 
@@ -52,9 +53,11 @@ def condition_of(text: str) -> Condition | None:
     return Condition(request.condition, heard.probe if heard is not None else request.probe, heard, request.repeat)
 
 
-def watched(condition: str) -> Condition:
-    """A watch's condition: a bare one ("a blue star appears", "said: stop", "someone speaks") or a request ("tell me
-    when ..."). Raises ValueError when it is empty or names no phrase."""
+def watched(condition: object) -> Condition:
+    """A watch's condition as a user typed it (cleaned and bounded, user_text.clean): a bare one ("a blue star
+    appears", "said: stop", "someone speaks") or a request ("tell me when ..."). Raises ValueError in one line when
+    it is not text, is empty or too long, or names no phrase."""
+    condition = user_text.clean(condition, "condition")
     request = parse_request(condition)
     phrase = request.condition if request is not None else " ".join(condition.split()).rstrip(".!")
     if (heard := heard_condition(phrase)) is not None:
